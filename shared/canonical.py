@@ -1,0 +1,148 @@
+"""Canonical weights: one layout for both stacks, and the table of leaf rules that maps it to Keras.
+
+The canonical layout is the PyTorch `state_dict` of our torch modules, whose attribute names are the
+documents' own. A *leaf* is one layer that owns weights (a Linear, an Embedding, a recurrent layer, or a
+bare parameter); its canonical keys are `<attribute path>.<suffix>`. Each rule below converts one leaf's
+canonical arrays (keyed by suffix) to the arrays of the matching Keras variables (keyed by variable name)
+and back. The Keras stack walks its model, names every leaf by the same attribute path, and applies the
+rule for the leaf's kind: no per-model code anywhere.
+
+Recurrent leaves hold one *cell* per (layer, direction); the cell suffix is torch's own: `_l0`,
+`_l0_reverse`, `_l1`, ... The Keras stack names the variables of each cell with the same suffix
+(`kernel_l0`, `recurrent_kernel_l0_reverse`, ...), so bidirectional and stacked layers need no extra rule.
+
+Bias policy (RNN, GRU and LSTM alike): torch keeps two biases per cell, `bias_ih` and `bias_hh`. Our Keras
+cells keep both too, stacked as one `(2, G*H)` variable, exactly as Keras's own GRU does with
+`reset_after=True`. Summing them into one Keras bias (the usual conversion) gives the same forward pass
+but *not* the same training: torch gives the gradient g to each of the two biases, so their sum moves
+twice as far under SGD and Adam alike, and global clipping counts g twice. Keeping two rows keeps every
+update equal, and makes every rule here a pure permutation/transpose, so gradients convert with the same
+rule as weights.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import partial
+
+import numpy as np
+
+Arrays = dict[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class LeafRule:
+    """How one kind of leaf maps between canonical suffixes and Keras variable names."""
+
+    kind: str
+    to_keras: Callable[[Mapping[str, np.ndarray]], Arrays]
+    from_keras: Callable[[Mapping[str, np.ndarray]], Arrays]
+
+
+def _linear_to_keras(canon: Mapping[str, np.ndarray]) -> Arrays:
+    keras = {"kernel": canon["weight"].T}  # torch [out, in] -> Keras [in, out]
+    if "bias" in canon:
+        keras["bias"] = canon["bias"]
+    return keras
+
+
+def _linear_from_keras(keras: Mapping[str, np.ndarray]) -> Arrays:
+    canon = {"weight": keras["kernel"].T}
+    if "bias" in keras:
+        canon["bias"] = keras["bias"]
+    return canon
+
+
+def _renamer(canon_name: str, keras_name: str) -> tuple[Callable, Callable]:
+    """A rule that only renames one array (Embedding `weight` <-> `embeddings`, a bare parameter)."""
+    return (lambda canon: {keras_name: canon[canon_name]}), (lambda keras: {canon_name: keras[keras_name]})
+
+
+def reorder_gates(array: np.ndarray, source: str, target: str, axis: int = 0) -> np.ndarray:
+    """Reorder the gate blocks of `array` along `axis` from gate order `source` to `target` (e.g. "rzn")."""
+    blocks = np.split(array, len(source), axis=axis)
+    return np.concatenate([blocks[source.index(gate)] for gate in target], axis=axis)
+
+
+_CELL_KEY = re.compile(r"^weight_ih(_l\d+(?:_reverse)?)$")
+
+
+def cell_suffixes(names) -> list[str]:
+    """The cell suffixes (`_l0`, `_l0_reverse`, ...) present among canonical or Keras names, in order."""
+    found = [m.group(1) for m in map(_CELL_KEY.match, names) if m]
+    found += [n[len("kernel") :] for n in names if n.startswith("kernel_l")]
+    return sorted(set(found), key=lambda s: (int(re.search(r"\d+", s).group()), s.endswith("_reverse")))
+
+
+def recurrent_rule(kind: str, torch_gates: str, keras_gates: str) -> LeafRule:
+    """Rule for nn.RNN/GRU/LSTM (any layers, any direction) <-> our Keras cells with a `(2, G*H)` bias.
+
+    Args:
+        torch_gates: torch's gate order along the stacked axis, e.g. "rzn" for GRU.
+        keras_gates: the Keras cell's gate order, e.g. "zrn" for GRU (Keras calls n "h").
+    """
+
+    def to_keras(canon: Mapping[str, np.ndarray]) -> Arrays:
+        keras, gates = {}, partial(reorder_gates, source=torch_gates, target=keras_gates)
+        for sfx in cell_suffixes(canon):
+            keras[f"kernel{sfx}"] = gates(canon[f"weight_ih{sfx}"]).T  # [G*H, in] -> [in, G*H]
+            keras[f"recurrent_kernel{sfx}"] = gates(canon[f"weight_hh{sfx}"]).T  # [G*H, H] -> [H, G*H]
+            keras[f"bias{sfx}"] = np.stack([gates(canon[f"bias_ih{sfx}"]), gates(canon[f"bias_hh{sfx}"])])
+        return keras
+
+    def from_keras(keras: Mapping[str, np.ndarray]) -> Arrays:
+        canon, gates = {}, partial(reorder_gates, source=keras_gates, target=torch_gates)
+        for sfx in cell_suffixes(keras):
+            canon[f"weight_ih{sfx}"] = gates(keras[f"kernel{sfx}"].T)
+            canon[f"weight_hh{sfx}"] = gates(keras[f"recurrent_kernel{sfx}"].T)
+            canon[f"bias_ih{sfx}"] = gates(keras[f"bias{sfx}"][0])
+            canon[f"bias_hh{sfx}"] = gates(keras[f"bias{sfx}"][1])
+        return canon
+
+    return LeafRule(kind, to_keras, from_keras)
+
+
+RULES: dict[str, LeafRule] = {
+    "linear": LeafRule("linear", _linear_to_keras, _linear_from_keras),
+    "embedding": LeafRule("embedding", *_renamer("weight", "embeddings")),
+    "parameter": LeafRule("parameter", *_renamer("", "value")),
+    "rnn": recurrent_rule("rnn", torch_gates="h", keras_gates="h"),
+    # torch GRU stacks (reset, update, new); Keras stacks (update, reset, candidate): swap blocks 0 and 1
+    "gru": recurrent_rule("gru", torch_gates="rzn", keras_gates="zrn"),
+    # LSTM: both stacks use (input, forget, cell, output)
+    "lstm": recurrent_rule("lstm", torch_gates="ifgo", keras_gates="ifgo"),
+}
+
+
+def join_key(prefix: str, suffix: str) -> str:
+    """Canonical key of a leaf array: `encoder.weight_ih_l0`; a bare parameter's suffix is empty."""
+    return f"{prefix}.{suffix}" if suffix else prefix
+
+
+def check_weights(expected: Mapping[str, tuple], given: Mapping[str, object], model: str = "model") -> None:
+    """Raise one ValueError that lists every missing, unexpected, mis-shaped or non-float key.
+
+    Args:
+        expected: canonical key -> shape, as the model holds them.
+        given: canonical key -> array-like, as the caller offers them.
+    """
+    missing = sorted(set(expected) - set(given))
+    unexpected = sorted(set(given) - set(expected))
+    misshaped, non_float = [], []
+    for key in sorted(set(expected) & set(given)):
+        array = np.asarray(given[key])
+        if tuple(array.shape) != tuple(expected[key]):
+            misshaped.append(f"{key}: expected {tuple(expected[key])}, got {tuple(array.shape)}")
+        elif array.dtype.kind != "f":
+            non_float.append(f"{key}: dtype {array.dtype}")
+    problems = [
+        (f"missing keys: {', '.join(missing)}", missing),
+        (f"unexpected keys: {', '.join(unexpected)}", unexpected),
+        (f"mis-shaped keys: {'; '.join(misshaped)}", misshaped),
+        (f"non-float keys: {'; '.join(non_float)}", non_float),
+    ]
+    lines = [text for text, items in problems if items]
+    if lines:
+        raise ValueError(f"weights do not fit {model}: " + " | ".join(lines))

@@ -1,0 +1,114 @@
+"""Deterministic fixtures: weights in canonical layout, input batches, and golden reference outputs.
+
+Weights and batches are drawn with numpy from seeds derived from the model name, so any stack (or none)
+regenerates them byte for byte. Golden files (`shared/golden/<model>.safetensors`) add the float64
+outputs, loss and gradients computed by the torch stack; they let the `torch` and `tf` tox envs each
+check numerics without the other stack installed. `rosetta fixtures` rewrites them, `--check` verifies.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from shared import safetensors_io
+from shared.catalogue import EOS_ID, PAD_ID, SOS_ID, ModelSpec, get
+
+GOLDEN_DIR = Path(__file__).with_name("golden")
+WEIGHT_SCALE = 0.5  # U(-0.5, 0.5): large enough that tanh and softmax are far from linear and uniform
+
+
+def seed(name: str, what: str) -> int:
+    """A seed from the model name (not Python's salted hash), stable across runs and machines."""
+    return int.from_bytes(hashlib.sha256(f"{name}/{what}".encode()).digest()[:8], "little")
+
+
+def make_weights(name: str, shapes: dict[str, tuple]) -> dict[str, np.ndarray]:
+    """Canonical float64 weights for `shapes`, drawn in sorted key order."""
+    rng = np.random.default_rng(seed(name, "weights"))
+    return {key: rng.uniform(-WEIGHT_SCALE, WEIGHT_SCALE, shapes[key]) for key in sorted(shapes)}
+
+
+def make_batch(spec: ModelSpec) -> dict[str, np.ndarray]:
+    """The fixture batch of `spec`: token ids with padded targets (rows of different lengths), or vectors.
+
+    Targets: row b holds T - b real tokens, the rest `<pad>`; `tgt_in` is `<sos>` + `tgt_out` shifted
+    right. A source token is repeated across rows on purpose (embedding gradients must sum repeats).
+    """
+    rng = np.random.default_rng(seed(spec.name, "batch"))
+    B, S, T = (spec.fixture_batch[k] for k in "BST")
+    config = spec.fixture_config
+    if spec.interface == "attention":
+        return {
+            "query": rng.normal(size=(B, T, config["decoder_dim"])),
+            "values": rng.normal(size=(B, S, config["encoder_dim"])),
+        }
+    first = EOS_ID + 1  # ids below are specials
+    src = rng.integers(first, spec.vocab_size, (B, S))
+    src[-1, -1] = src[0, 0]
+    tgt_out = rng.integers(first, spec.vocab_size, (B, T))
+    for row in range(B):
+        tgt_out[row, T - row - 1] = EOS_ID
+        tgt_out[row, T - row :] = PAD_ID
+    tgt_in = np.concatenate([np.full((B, 1), SOS_ID), tgt_out[:, :-1]], axis=1)
+    return {"src": src, "tgt_in": tgt_in, "tgt_out": tgt_out}
+
+
+@dataclass(frozen=True)
+class Golden:
+    """One golden file: the weights and batch fed to the model, and float64 reference results."""
+
+    weights: dict[str, np.ndarray]
+    batch: dict[str, np.ndarray]
+    outputs: dict[str, np.ndarray]
+    grads: dict[str, np.ndarray]
+    loss: float
+    metadata: dict[str, str]
+
+
+_SECTIONS = ("weights", "batch", "outputs", "grads")
+
+
+def golden_path(name: str) -> Path:
+    return GOLDEN_DIR / f"{name}.safetensors"
+
+
+def load_golden(name: str) -> Golden:
+    tensors, metadata = safetensors_io.load(golden_path(name))
+    sections = {section: {} for section in _SECTIONS}
+    for key, array in tensors.items():
+        section, _, rest = key.partition("/")
+        if section in sections:
+            sections[section][rest] = array
+    return Golden(**sections, loss=float(tensors["loss"]), metadata=metadata)
+
+
+def golden_bytes(name: str, stack) -> bytes:
+    """The golden file of `name` computed with `stack` (a module with the contract), in float64."""
+    spec = get(name)
+    model = stack.build(name, "float64", **spec.fixture_config)
+    shapes = {key: array.shape for key, array in stack.get_weights(model).items()}
+    weights, batch = make_weights(name, shapes), make_batch(spec)
+    stack.set_weights(model, weights)
+    outputs = stack.run(model, name, batch)
+    loss, grads = stack.loss_and_grads(model, name, batch)
+    tensors = {"loss": np.array(loss)}
+    for section, arrays in zip(_SECTIONS, (weights, batch, outputs, grads), strict=True):
+        tensors.update({f"{section}/{key}": array for key, array in arrays.items()})
+    metadata = {"model": name, "document": spec.document, "dtype": "float64", "generated_by": stack.__name__}
+    return safetensors_io.dumps(tensors, metadata)
+
+
+def write_goldens(stack, names: list[str], check: bool = False) -> list[str]:
+    """Regenerate the golden files of `names`; return those whose bytes differ (written unless `check`)."""
+    changed = []
+    for name in names:
+        blob, path = golden_bytes(name, stack), golden_path(name)
+        if not path.is_file() or path.read_bytes() != blob:
+            changed.append(name)
+            if not check:
+                safetensors_io.write_atomic(path, blob)
+    return changed

@@ -1,0 +1,101 @@
+"""Minimal safetensors reader and writer in numpy (the format: 8-byte header size, JSON header, raw data).
+
+Written here rather than imported so that `shared` needs numpy alone, and so that the bytes we write are
+fully ours to keep deterministic: keys sorted, little-endian, no padding surprises, metadata sorted.
+Files written here load with the `safetensors` package and vice versa (tests/test_shared.py checks both).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+_DTYPES = {
+    "F64": np.dtype("<f8"),
+    "F32": np.dtype("<f4"),
+    "F16": np.dtype("<f2"),
+    "I64": np.dtype("<i8"),
+    "I32": np.dtype("<i4"),
+    "I16": np.dtype("<i2"),
+    "I8": np.dtype("i1"),
+    "U8": np.dtype("u1"),
+    "BOOL": np.dtype("bool"),
+}
+_CODES = {dtype: code for code, dtype in _DTYPES.items()}
+
+
+def _code(array: np.ndarray, key: str) -> str:
+    dtype = array.dtype.newbyteorder("<") if array.dtype.byteorder == ">" else array.dtype
+    if dtype not in _CODES:
+        raise ValueError(f"safetensors: tensor {key!r} has unsupported dtype {array.dtype}")
+    return _CODES[dtype]
+
+
+def dumps(tensors: dict[str, np.ndarray], metadata: dict[str, str] | None = None) -> bytes:
+    """Serialise `tensors` (keys sorted) and string `metadata` into safetensors bytes."""
+    header: dict[str, object] = {}
+    if metadata:
+        header["__metadata__"] = {str(k): str(v) for k, v in sorted(metadata.items())}
+    chunks, offset = [], 0
+    for key in sorted(tensors):
+        array = np.asarray(tensors[key])
+        code = _code(array, key)
+        data = np.ascontiguousarray(array, dtype=_DTYPES[code]).tobytes()
+        header[key] = {"dtype": code, "shape": list(array.shape), "data_offsets": [offset, offset + len(data)]}
+        chunks.append(data)
+        offset += len(data)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)  # align the data section to 8 bytes, as the reference writer does
+    return struct.pack("<Q", len(text)) + text + b"".join(chunks)
+
+
+def loads(blob: bytes, source: str = "<bytes>") -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """Parse safetensors bytes into (tensors, metadata); a malformed blob raises ValueError naming `source`."""
+    try:
+        (size,) = struct.unpack("<Q", blob[:8])
+        header = json.loads(blob[8 : 8 + size])
+    except (struct.error, ValueError, UnicodeDecodeError) as error:
+        raise ValueError(f"{source}: not a safetensors file ({error})") from None
+    metadata = header.pop("__metadata__", {}) or {}
+    data = memoryview(blob)[8 + size :]
+    tensors = {}
+    for key, info in header.items():
+        if info.get("dtype") not in _DTYPES:
+            raise ValueError(f"{source}: tensor {key!r} has unsupported dtype {info.get('dtype')!r}")
+        start, end = info["data_offsets"]
+        if not 0 <= start <= end <= len(data):
+            raise ValueError(f"{source}: tensor {key!r} points outside the file")
+        tensors[key] = np.frombuffer(data[start:end], dtype=_DTYPES[info["dtype"]]).reshape(info["shape"]).copy()
+    return tensors, dict(metadata)
+
+
+def save(path: str | os.PathLike, tensors: dict[str, np.ndarray], metadata: dict[str, str] | None = None) -> None:
+    """Write `tensors` and `metadata` to `path` atomically."""
+    write_atomic(path, dumps(tensors, metadata))
+
+
+def write_atomic(path: str | os.PathLike, blob: bytes) -> None:
+    """Write a temporary file in the same folder and rename it over `path`: never a partial file."""
+    path = Path(path)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "wb") as stream:
+            stream.write(blob)
+        os.chmod(temporary, 0o644)  # mkstemp makes 0600; a data file is world-readable
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def load(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """Read a safetensors file into (tensors, metadata)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"{path}: no such weights file")
+    return loads(path.read_bytes(), source=str(path))

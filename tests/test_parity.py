@@ -1,0 +1,56 @@
+"""torch_impl/ and tf_impl/ mirror each other: same model files, classes, attributes and methods (ast only)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+STACK_SPECIFIC = {"tf_impl/layers.py"}  # Keras cells keeping torch's two biases: torch needs no counterpart
+FRAMEWORK_METHODS = {"forward": "call"}  # the call method is the only name the frameworks decide
+# the Keras walk over attribute paths; on the torch side state_dict() is that walk
+ONE_STACK_FUNCTIONS = {"weights.py": {"leaf", "leaves"}}
+
+
+def _files(stack: str) -> set[str]:
+    return {p.name for p in (ROOT / stack).glob("*.py") if f"{stack}/{p.name}" not in STACK_SPECIFIC}
+
+
+def _surface(path: Path) -> dict[str, set[str]]:
+    """Public functions, and per class: `self.x` attributes and methods (framework hooks renamed alike)."""
+    tree = ast.parse(path.read_text())
+    surface = {"<functions>": {n.name for n in tree.body if isinstance(n, ast.FunctionDef) and not n.name.startswith("_")}}
+    for node in (n for n in tree.body if isinstance(n, ast.ClassDef)):
+        methods = {FRAMEWORK_METHODS.get(f.name, f.name) for f in node.body if isinstance(f, ast.FunctionDef)}
+        attributes = {
+            target.attr
+            for sub in ast.walk(node)
+            if isinstance(sub, ast.Assign)
+            for target in sub.targets
+            if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self"
+        }
+        surface[node.name] = {f"method {m}" for m in methods - {"get_config", "build"}} | {f"self.{a}" for a in attributes}
+    return surface
+
+
+def test_both_stacks_have_the_same_files():
+    assert _files("torch_impl") == _files("tf_impl")
+
+
+@pytest.mark.parametrize("filename", sorted(_files("torch_impl")))
+def test_classes_attributes_and_methods_mirror(filename):
+    torch_side, tf_side = _surface(ROOT / "torch_impl" / filename), _surface(ROOT / "tf_impl" / filename)
+    assert torch_side.keys() == tf_side.keys(), f"classes in one stack only: {torch_side.keys() ^ tf_side.keys()}"
+    for name in torch_side:
+        only = (torch_side[name] ^ tf_side[name]) - (ONE_STACK_FUNCTIONS.get(filename, set()) if name == "<functions>" else set())
+        assert not only, f"{filename}:{name}: in one stack only: {sorted(only)}"
+
+
+def test_parity_check_catches_a_missing_attribute(tmp_path):
+    """Negative control: an attribute renamed in one stack is reported."""
+    source = (ROOT / "tf_impl" / "reverse_task.py").read_text().replace("self.W_s =", "self.W_q =")
+    (tmp_path / "reverse_task.py").write_text(source)
+    torch_side, tf_side = _surface(ROOT / "torch_impl" / "reverse_task.py"), _surface(tmp_path / "reverse_task.py")
+    assert torch_side["ReverseTaskV6"] ^ tf_side["ReverseTaskV6"] == {"self.W_s", "self.W_q"}

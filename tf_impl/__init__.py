@@ -1,0 +1,14 @@
+"""TensorFlow 2 / Keras 3 implementations of the catalogue's models, and the contract of DESIGN.md."""
+
+import os
+
+os.environ["KERAS_BACKEND"] = "tensorflow"  # before keras is first imported
+
+import keras  # noqa: E402
+
+if keras.backend.backend() != "tensorflow":
+    raise ImportError(f"tf_impl needs Keras on TensorFlow, but Keras was already imported with {keras.backend.backend()!r}")
+
+from tf_impl.contract import build, get_weights, loss_and_grads, run, set_weights  # noqa: E402
+
+__all__ = ["build", "get_weights", "set_weights", "run", "loss_and_grads"]

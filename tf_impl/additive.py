@@ -1,0 +1,52 @@
+"""Document 000 (additive attention in PyTorch), class `AdditiveAttention`, in Keras.
+
+Legend: B batch, S encoder steps, T decoder steps, De encoder_dim, Dd decoder_dim.
+"""
+
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+
+class AdditiveAttention(keras.layers.Layer):
+    """Document 000, `AdditiveAttention(encoder_dim=100, decoder_dim=50)`: score = v . tanh(W_1 q + W_2 h).
+
+    The text calls `v` a scaling factor: it is the learned vector of the score, drawn from U[0, 1) as the
+    listing's `torch.rand` does. Unbatched as the document (`query (Dd,)`, `values (S, De)`) and batched
+    (`query (B, Dd)`, `values (B, S, De)`).
+    """
+
+    def __init__(self, encoder_dim: int = 100, decoder_dim: int = 50, **kwargs):
+        super().__init__(**kwargs)
+        self.encoder_dim = encoder_dim
+        self.decoder_dim = decoder_dim
+        self.v = self.add_weight(shape=(decoder_dim,), initializer=keras.initializers.RandomUniform(0.0, 1.0), name="v")
+        self.W_1 = keras.layers.Dense(decoder_dim, name="W_1", dtype=self.dtype_policy)
+        self.W_2 = keras.layers.Dense(decoder_dim, name="W_2", dtype=self.dtype_policy)
+
+    def call(self, query, values):
+        """Context vector: `(De,)` for one query, `(B, De)` for a batch."""
+        weights = ops.softmax(self._get_weights(query, values), axis=-1)  # [(B,) S]
+        return ops.squeeze(ops.matmul(ops.expand_dims(weights, -2), values), -2)  # [(B,) De]
+
+    def _get_weights(self, query, values):
+        """Unnormalised scores `(B, S)`, as the document's `_get_weights` (it plots these)."""
+        query = ops.expand_dims(query, -2)  # [(B,) 1, Dd]
+        weights = self.W_1(query) + self.W_2(values)  # [(B,) S, Dd]
+        return ops.matmul(ops.tanh(weights), self.v)  # [(B,) S]
+
+    def attend(self, queries, values):
+        """One query per decoder step, as the document's heatmap loop.
+
+        Args:
+            queries: `(B, T, Dd)`; values: `(B, S, De)`.
+        Returns:
+            context `(B, T, De)` and attention weights `(B, T, S)`.
+        """
+        scores = ops.stack([self._get_weights(queries[:, t], values) for t in range(queries.shape[1])], 1)
+        attention = ops.softmax(scores, axis=-1)  # [B, T, S]
+        return ops.matmul(attention, values), attention  # [B, T, De]
+
+    def get_config(self):
+        return {**super().get_config(), "encoder_dim": self.encoder_dim, "decoder_dim": self.decoder_dim}

@@ -1,0 +1,88 @@
+"""The contract of DESIGN.md for TensorFlow/Keras: build, get_weights, set_weights, run, loss_and_grads."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from shared import catalogue
+from shared.validation import check_batch
+from tf_impl.weights import get_grads, get_weights, leaves, set_weights
+
+__all__ = ["build", "get_weights", "set_weights", "run", "loss_and_grads"]
+
+
+def build(name: str, dtype: str = "float32", **overrides) -> keras.Layer:
+    """The catalogue model `name` at the document's sizes (or `overrides`), its variables created."""
+    spec = catalogue.get(name)
+    config = catalogue.resolve_config(spec, dtype, overrides)
+    model_class = getattr(importlib.import_module(f"tf_impl.{spec.module}"), spec.class_name)
+    model = model_class(**config, dtype=dtype)
+    model.rosetta_config = config
+    _outputs(model, spec, _tensors(model, _dummy_batch(spec, config)))  # one call creates every variable
+    return model
+
+
+def _dummy_batch(spec: catalogue.ModelSpec, config: dict) -> dict[str, np.ndarray]:
+    if spec.interface == "attention":
+        return {"query": np.zeros((1, 1, config["decoder_dim"])), "values": np.zeros((1, 2, config["encoder_dim"]))}
+    return {"src": np.zeros((1, 2), np.int64), "tgt_in": np.zeros((1, 1), np.int64)}
+
+
+def _tensors(model, arrays: Mapping[str, np.ndarray]) -> dict[str, tf.Tensor]:
+    return {key: tf.constant(a, dtype=model.compute_dtype if a.dtype.kind == "f" else "int64") for key, a in arrays.items()}
+
+
+def _outputs(model, spec: catalogue.ModelSpec, tensors: dict, training: bool = False) -> dict[str, tf.Tensor]:
+    if spec.interface == "attention":
+        context, attention = model.attend(tensors["query"], tensors["values"])  # (B, T, De), (B, T, S)
+        return {"context": context, "attention": attention}
+    logits, attention = model.decode(tensors["src"], tensors["tgt_in"])  # (B, T, V), (B, T, S)
+    return {"logits": logits} if attention is None else {"logits": logits, "attention": attention}
+
+
+def _loss(spec: catalogue.ModelSpec, outputs: dict, tensors: dict) -> tf.Tensor:
+    """Cross-entropy from logits, mean over non-pad targets; for the bare attention layer, mean(context^2).
+
+    `from_logits=True` (the models return logits, as torch's cross_entropy expects) and `ignore_class`
+    (Keras then divides by the number of non-pad targets, as torch's `ignore_index` does).
+    """
+    if spec.interface == "attention":
+        return keras.ops.mean(keras.ops.square(outputs["context"]))
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=spec.pad_id, dtype=outputs["logits"].dtype)
+    return loss(tensors["tgt_out"], outputs["logits"])
+
+
+def run(model, name: str, batch: Mapping, teacher_forcing=None) -> dict[str, np.ndarray]:
+    """Inference outputs (training=False) as numpy, batch-first: logits/context and attention."""
+    spec = catalogue.get(name)
+    catalogue.check_teacher_forcing(spec, teacher_forcing)
+    tensors = _tensors(model, check_batch(spec, model.rosetta_config, batch))
+    return {key: value.numpy() for key, value in _outputs(model, spec, tensors).items()}
+
+
+def loss_and_grads(model, name: str, batch: Mapping, teacher_forcing=None) -> tuple[float, dict]:
+    """The loss of `batch` and its gradient w.r.t. every canonical weight.
+
+    An Embedding's gradient arrives as tf.IndexedSlices with one slice per token occurrence;
+    `tf.convert_to_tensor` sums the repeats into the dense gradient torch reports.
+    """
+    spec = catalogue.get(name)
+    catalogue.check_teacher_forcing(spec, teacher_forcing)
+    tensors = _tensors(model, check_batch(spec, model.rosetta_config, batch, with_targets=True))
+    variables = [var for _, _, found in leaves(model) for var in found.values()]
+    with tf.GradientTape() as tape:
+        loss = _loss(spec, _outputs(model, spec, tensors), tensors)
+    by_variable = dict(zip(map(id, variables), tape.gradient(loss, variables), strict=True))
+    return float(loss), get_grads(model, lambda variable: _dense(by_variable[id(variable)], variable))
+
+
+def _dense(gradient, variable) -> np.ndarray:
+    """A gradient as a dense numpy array (IndexedSlices summed per row; None, for an unused weight, as 0)."""
+    if gradient is None:
+        return np.zeros(variable.shape, variable.dtype)
+    return tf.convert_to_tensor(gradient).numpy()

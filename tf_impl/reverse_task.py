@@ -1,0 +1,204 @@
+"""Document 001 (attention mechanisms on the reverse-sequence task) in Keras: `ReverseTaskV0`,
+`ReverseTaskV6`, the Bahdanau concatenative variant, `ReverseTaskV7`, `ReverseTaskV8` and the Luong
+concat variant, mirroring torch_impl/reverse_task.py class for class and attribute for attribute.
+
+Legend: B batch, S source length, T target length, E embedding_dim, H hidden_size, A attention_size,
+V vocab_size. Batch-first; a Keras recurrent state is `(B, H)` where torch's is `(1, B, H)`.
+"""
+
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+from tf_impl.layers import torch_gru, torch_rnn
+
+
+def _dense(units: int, name: str, dtype, use_bias: bool = True) -> keras.layers.Dense:
+    return keras.layers.Dense(units, use_bias=use_bias, name=name, dtype=dtype)
+
+
+class ReverseTaskBase(keras.Model):
+    """What every model of document 001 shares: embeddings and recurrent layers on both sides."""
+
+    rnn_factory = staticmethod(torch_gru)
+
+    def __init__(self, vocab_size: int, embedding_dim: int, hidden_size: int, decoder_input_size: int, **kwargs):
+        super().__init__(**kwargs)
+        self.vocab_size = vocab_size
+        self.embedding_dim = embedding_dim
+        self.hidden_size = hidden_size
+        self.decoder_input_size = decoder_input_size  # Keras infers input sizes; kept for get_config
+        dtype = self.dtype_policy
+        self.enc_embeddings = keras.layers.Embedding(vocab_size, embedding_dim, name="enc_embeddings", dtype=dtype)
+        self.encoder = self.rnn_factory(hidden_size, name="encoder", dtype=dtype)
+        self.dec_embeddings = keras.layers.Embedding(vocab_size, embedding_dim, name="dec_embeddings", dtype=dtype)
+        self.decoder = self.rnn_factory(hidden_size, name="decoder", dtype=dtype)
+
+    def call(self, enc_inputs, dec_inputs):
+        """The document's signature: `(B, S)`, `(B, T)` token ids -> logits `(B, T, V)`."""
+        return self.decode(enc_inputs, dec_inputs)[0]
+
+    def decode(self, enc_inputs, dec_inputs):
+        """Logits `(B, T, V)` and the attention weights of every decoder step `(B, T, S)` (None: no attention)."""
+        raise NotImplementedError
+
+
+class ReverseTaskV0(ReverseTaskBase):
+    """Document 001, `ReverseTaskV0`: vanilla RNN encoder-decoder joined by the final encoder state."""
+
+    rnn_factory = staticmethod(torch_rnn)
+
+    def __init__(self, vocab_size: int = 20, embedding_dim: int = 64, hidden_size: int = 128, **kwargs):
+        super().__init__(vocab_size, embedding_dim, hidden_size, decoder_input_size=embedding_dim, **kwargs)
+        self.output_layer = _dense(vocab_size, "output_layer", self.dtype_policy)
+
+    def decode(self, enc_inputs, dec_inputs):
+        enc_emb = self.enc_embeddings(enc_inputs)  # [B, S, E]
+        enc_out, enc_hidden = self.encoder(enc_emb)  # [B, S, H], [B, H]
+        dec_emb = self.dec_embeddings(dec_inputs)  # [B, T, E]
+        dec_out, dec_hidden = self.decoder(dec_emb, initial_state=enc_hidden)  # [B, T, H], [B, H]
+        return self.output_layer(dec_out), None  # [B, T, V]
+
+
+class BahdanauReverseTask(ReverseTaskBase):
+    """Bahdanau order: score the *previous* decoder state, then feed [embedding; context] to the GRU."""
+
+    def __init__(self, vocab_size: int, embedding_dim: int, hidden_size: int, **kwargs):
+        super().__init__(vocab_size, embedding_dim, hidden_size, embedding_dim + hidden_size, **kwargs)
+
+    def decode(self, enc_inputs, dec_inputs):
+        enc_out, enc_hidden = self.encoder(self.enc_embeddings(enc_inputs))  # [B, S, H], [B, H]
+        keys = self.keys(enc_out)  # [B, S, *]
+        prev_hidden, outputs, attention = enc_hidden, [], []  # s_{t-1}: [B, H]
+        for t in range(dec_inputs.shape[1]):
+            probs = ops.softmax(self.scores(keys, enc_out, prev_hidden), axis=-1)  # [B, S]
+            context_vector = ops.matmul(ops.expand_dims(probs, 1), enc_out)  # [B, 1, S] @ [B, S, H] -> [B, 1, H]
+            emb_vector = self.dec_embeddings(dec_inputs[:, t : t + 1])  # [B, 1, E]
+            s_t = ops.concatenate([emb_vector, context_vector], axis=2)  # [B, 1, E + H]
+            dec_out_t, prev_hidden = self.decoder(s_t, initial_state=prev_hidden)  # [B, 1, H], [B, H]
+            outputs.append(self.output_layer(dec_out_t))  # [B, 1, V]
+            attention.append(probs)
+        return ops.concatenate(outputs, axis=1), ops.stack(attention, axis=1)  # [B, T, V], [B, T, S]
+
+
+class LuongReverseTask(ReverseTaskBase):
+    """Luong order: run the GRU on the embedding, score the *current* state, predict from [output; context]."""
+
+    def __init__(self, vocab_size: int, embedding_dim: int, hidden_size: int, **kwargs):
+        super().__init__(vocab_size, embedding_dim, hidden_size, embedding_dim, **kwargs)
+
+    def decode(self, enc_inputs, dec_inputs):
+        enc_out, enc_hidden = self.encoder(self.enc_embeddings(enc_inputs))  # [B, S, H], [B, H]
+        keys = self.keys(enc_out)  # [B, S, *]
+        prev_hidden, outputs, attention = enc_hidden, [], []
+        for t in range(dec_inputs.shape[1]):
+            emb_vector = self.dec_embeddings(dec_inputs[:, t : t + 1])  # [B, 1, E]
+            dec_out, prev_hidden = self.decoder(emb_vector, initial_state=prev_hidden)  # [B, 1, H], [B, H]
+            probs = ops.softmax(self.scores(keys, enc_out, prev_hidden), axis=-1)  # [B, S]
+            context_vector = ops.matmul(ops.expand_dims(probs, 1), enc_out)  # [B, 1, H]
+            outputs.append(self.output_layer(ops.concatenate([dec_out, context_vector], axis=2)))  # [B, 1, V]
+            attention.append(probs)
+        return ops.concatenate(outputs, axis=1), ops.stack(attention, axis=1)  # [B, T, V], [B, T, S]
+
+
+def concat_scores(W_a, v, enc_out, state):
+    """`v . tanh(W_a [s; h_i])` for every source step: `(B, H)`, `(B, S, H)` -> `(B, S)`."""
+    states = ops.broadcast_to(ops.expand_dims(state, 1), ops.shape(enc_out))  # [B, S, H]
+    return ops.squeeze(v(ops.tanh(W_a(ops.concatenate([states, enc_out], axis=2)))), -1)  # [B, S]
+
+
+def dot_scores(keys, state):
+    """`s . k_i` for every source step: `(B, S, H)`, `(B, H)` -> `(B, S)`."""
+    return ops.squeeze(ops.matmul(keys, ops.expand_dims(state, 2)), 2)  # [B, S, H] @ [B, H, 1] -> [B, S]
+
+
+class ReverseTaskV6(BahdanauReverseTask):
+    """Document 001, `ReverseTaskV6`: Bahdanau additive attention, `v . tanh(W_h h_i + W_s s_{t-1})`.
+
+    The listing recomputes `W_h(enc_out)` at every decoder step; it is computed once here (same values).
+    """
+
+    def __init__(
+        self, vocab_size: int = 20, embedding_dim: int = 64, hidden_size: int = 128, attention_size: int = 128, **kwargs
+    ):
+        super().__init__(vocab_size, embedding_dim, hidden_size, **kwargs)
+        dtype = self.dtype_policy
+        self.W_h = _dense(attention_size, "W_h", dtype)  # encoder projection of h_i
+        self.W_s = _dense(attention_size, "W_s", dtype)  # decoder projection of s_{t-1}
+        self.v = _dense(1, "v", dtype, use_bias=False)  # attention vector -> score
+        self.output_layer = _dense(vocab_size, "output_layer", dtype)
+
+    def keys(self, enc_out):
+        return self.W_h(enc_out)  # [B, S, A]
+
+    def scores(self, keys, enc_out, state):
+        add_projections = ops.tanh(keys + ops.expand_dims(self.W_s(state), 1))  # [B, S, A] + [B, 1, A]
+        return ops.squeeze(self.v(add_projections), -1)  # [B, S]
+
+
+class ReverseTaskBahdanauConcat(BahdanauReverseTask):
+    """Document 001, Bahdanau concatenative attention (formula only): `v . tanh(W_a [s_{t-1}; h_i])`."""
+
+    def __init__(
+        self, vocab_size: int = 20, embedding_dim: int = 64, hidden_size: int = 128, attention_size: int = 128, **kwargs
+    ):
+        super().__init__(vocab_size, embedding_dim, hidden_size, **kwargs)
+        dtype = self.dtype_policy
+        self.W_a = _dense(attention_size, "W_a", dtype)  # [s; h] -> attention space
+        self.v = _dense(1, "v", dtype, use_bias=False)
+        self.output_layer = _dense(vocab_size, "output_layer", dtype)
+
+    def keys(self, enc_out):
+        return enc_out  # [B, S, H]
+
+    def scores(self, keys, enc_out, state):
+        return concat_scores(self.W_a, self.v, enc_out, state)  # [B, S]
+
+
+class ReverseTaskV7(LuongReverseTask):
+    """Document 001, `ReverseTaskV7`: Luong general attention, `s_t . W h_i`."""
+
+    def __init__(self, vocab_size: int = 20, embedding_dim: int = 64, hidden_size: int = 128, **kwargs):
+        super().__init__(vocab_size, embedding_dim, hidden_size, **kwargs)
+        self.W = _dense(hidden_size, "W", self.dtype_policy)  # encoder space -> decoder space
+        self.output_layer = _dense(vocab_size, "output_layer", self.dtype_policy)
+
+    def keys(self, enc_out):
+        return self.W(enc_out)  # [B, S, H]
+
+    def scores(self, keys, enc_out, state):
+        return dot_scores(keys, state)  # [B, S]
+
+
+class ReverseTaskV8(LuongReverseTask):
+    """Document 001, `ReverseTaskV8`: Luong dot attention, `s_t . h_i`."""
+
+    def __init__(self, vocab_size: int = 20, embedding_dim: int = 64, hidden_size: int = 128, **kwargs):
+        super().__init__(vocab_size, embedding_dim, hidden_size, **kwargs)
+        self.output_layer = _dense(vocab_size, "output_layer", self.dtype_policy)
+
+    def keys(self, enc_out):
+        return enc_out  # [B, S, H]
+
+    def scores(self, keys, enc_out, state):
+        return dot_scores(keys, state)  # [B, S]
+
+
+class ReverseTaskLuongConcat(LuongReverseTask):
+    """Document 001, Luong concat attention (formula only): `v . tanh(W_a [s_t; h_i])`."""
+
+    def __init__(
+        self, vocab_size: int = 20, embedding_dim: int = 64, hidden_size: int = 128, attention_size: int = 128, **kwargs
+    ):
+        super().__init__(vocab_size, embedding_dim, hidden_size, **kwargs)
+        dtype = self.dtype_policy
+        self.W_a = _dense(attention_size, "W_a", dtype)
+        self.v = _dense(1, "v", dtype, use_bias=False)
+        self.output_layer = _dense(vocab_size, "output_layer", dtype)
+
+    def keys(self, enc_out):
+        return enc_out  # [B, S, H]
+
+    def scores(self, keys, enc_out, state):
+        return concat_scores(self.W_a, self.v, enc_out, state)  # [B, S]

@@ -1,0 +1,98 @@
+"""Canonical weights <-> Keras models, through the leaf rules of shared.canonical.
+
+The walk below names every Keras layer that owns weights by its attribute path (the torch module's
+path), finds its kind, and hands its variables to the rule of that kind. There is no per-model code:
+a new model needs no change here as long as its layers are of a known kind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+
+import keras
+import numpy as np
+
+from shared.canonical import RULES, LeafRule, check_weights, join_key
+from tf_impl.layers import TorchRNNCell
+
+_CELL_KINDS = {keras.layers.GRUCell: "gru", TorchRNNCell: "rnn"}
+
+
+def _cell_variables(cell, suffix: str) -> dict:
+    """A recurrent cell's variables keyed as the recurrent rule expects: `kernel_l0`, ..."""
+    return {f"kernel{suffix}": cell.kernel, f"recurrent_kernel{suffix}": cell.recurrent_kernel, f"bias{suffix}": cell.bias}
+
+
+def _recurrent_kind(cell) -> str:
+    kind = _CELL_KINDS.get(type(cell))
+    if kind is None:
+        raise ValueError(f"no canonical rule for recurrent cell {type(cell).__name__}")
+    if kind == "gru" and not (cell.reset_after and cell.recurrent_activation is keras.activations.sigmoid):
+        raise ValueError(f"GRU cell {cell.name}: torch's GRU needs reset_after=True and a sigmoid recurrent activation")
+    return kind
+
+
+def leaf(layer) -> tuple[str, dict] | None:
+    """(kind, {keras name: variable}) when `layer` is a leaf that owns weights, else None."""
+    if isinstance(layer, keras.Variable):
+        return "parameter", {"value": layer}
+    if isinstance(layer, keras.layers.Dense):
+        return "linear", {"kernel": layer.kernel, **({"bias": layer.bias} if layer.use_bias else {})}
+    if isinstance(layer, keras.layers.Embedding):
+        return "embedding", {"embeddings": layer.embeddings}
+    if isinstance(layer, keras.layers.Bidirectional):
+        (kind, fwd), (_, bwd) = leaf(layer.forward_layer), leaf(layer.backward_layer)
+        return kind, {**fwd, **{f"{name}_reverse": var for name, var in bwd.items()}}
+    if isinstance(layer, keras.layers.RNN):
+        return _recurrent_kind(layer.cell), _cell_variables(layer.cell, "_l0")
+    return None
+
+
+def leaves(layer, prefix: str = "") -> Iterator[tuple[str, str, dict]]:
+    """Every weight-owning leaf under `layer` as (canonical prefix, kind, variables), in attribute order."""
+    for attribute, value in vars(layer).items():
+        if attribute.startswith("_"):
+            continue
+        path = f"{prefix}{attribute}"
+        found = leaf(value)
+        if found is not None:
+            yield (path, *found)
+        elif isinstance(value, keras.layers.Layer):
+            yield from leaves(value, f"{path}.")
+
+
+def _plan(model, rules: Mapping[str, LeafRule]):
+    """Each leaf as (prefix, rule, {keras name: variable}, {canonical suffix: current value})."""
+    for prefix, kind, variables in leaves(model):
+        rule = rules[kind]
+        yield prefix, rule, variables, rule.from_keras({name: np.array(var.numpy()) for name, var in variables.items()})
+
+
+def get_weights(model, rules: Mapping[str, LeafRule] = RULES) -> dict[str, np.ndarray]:
+    """Canonical weights of `model` (torch state_dict names and layouts) as numpy arrays."""
+    return {join_key(prefix, sfx): value for prefix, _, _, canon in _plan(model, rules) for sfx, value in canon.items()}
+
+
+def set_weights(model, weights: Mapping[str, np.ndarray], rules: Mapping[str, LeafRule] = RULES) -> None:
+    """Assign canonical `weights` to `model`'s variables through the leaf rules; strict.
+
+    Args:
+        rules: the leaf rule table; tests pass a deliberately wrong one to prove the check catches it.
+    """
+    plan = list(_plan(model, rules))
+    expected = {join_key(prefix, sfx): value.shape for prefix, _, _, canon in plan for sfx, value in canon.items()}
+    check_weights(expected, weights, type(model).__name__)
+    for prefix, rule, variables, canon in plan:
+        values = rule.to_keras({sfx: np.asarray(weights[join_key(prefix, sfx)]) for sfx in canon})
+        for name, variable in variables.items():
+            variable.assign(values[name].astype(variable.dtype))
+
+
+def get_grads(model, gradient: Callable, rules: Mapping[str, LeafRule] = RULES) -> dict[str, np.ndarray]:
+    """Canonical gradients; `gradient(variable)` gives a variable's gradient as numpy (every rule is a
+    permutation/transpose/stack, linear, so it maps gradients exactly as it maps weights)."""
+    grads = {}
+    for prefix, kind, variables in leaves(model):
+        canon = rules[kind].from_keras({name: gradient(variable) for name, variable in variables.items()})
+        grads.update({join_key(prefix, sfx): value for sfx, value in canon.items()})
+    return grads

@@ -1,0 +1,5 @@
+"""PyTorch implementations of the catalogue's models, and the contract of DESIGN.md."""
+
+from torch_impl.contract import build, get_weights, loss_and_grads, run, set_weights
+
+__all__ = ["build", "get_weights", "set_weights", "run", "loss_and_grads"]

@@ -1,0 +1,78 @@
+"""The contract of DESIGN.md for PyTorch: build, get_weights, set_weights, run, loss_and_grads."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from shared import catalogue
+from shared.validation import check_batch
+from torch_impl.weights import get_grads, get_weights, set_weights
+
+__all__ = ["build", "get_weights", "set_weights", "run", "loss_and_grads"]
+
+_DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+def build(name: str, dtype: str = "float32", **overrides) -> torch.nn.Module:
+    """The catalogue model `name` at the document's sizes (or `overrides`), in eval mode.
+
+    torch modules start in train mode (dropout on); Keras calls default to training=False. Building in
+    eval mode makes both stacks start alike; training code switches modes explicitly.
+    """
+    spec = catalogue.get(name)
+    config = catalogue.resolve_config(spec, dtype, overrides)
+    model_class = getattr(importlib.import_module(f"torch_impl.{spec.module}"), spec.class_name)
+    model = model_class(**config).to(_DTYPES[dtype]).eval()
+    model.rosetta_config = config
+    return model
+
+
+def _tensors(model: torch.nn.Module, arrays: Mapping[str, np.ndarray]) -> dict[str, torch.Tensor]:
+    dtype = next(model.parameters()).dtype
+    return {key: torch.as_tensor(a, dtype=dtype if a.dtype.kind == "f" else torch.long) for key, a in arrays.items()}
+
+
+def _outputs(model: torch.nn.Module, spec: catalogue.ModelSpec, tensors: dict) -> dict[str, torch.Tensor]:
+    if spec.interface == "attention":
+        context, attention = model.attend(tensors["query"], tensors["values"])  # [B, T, De], [B, T, S]
+        return {"context": context, "attention": attention}
+    logits, attention = model.decode(tensors["src"], tensors["tgt_in"])  # [B, T, V], [B, T, S]
+    return {"logits": logits} if attention is None else {"logits": logits, "attention": attention}
+
+
+def _loss(spec: catalogue.ModelSpec, outputs: dict, tensors: dict) -> torch.Tensor:
+    """Cross-entropy from logits, mean over non-pad targets; for the bare attention layer, mean(context^2)."""
+    if spec.interface == "attention":
+        return outputs["context"].square().mean()
+    logits = outputs["logits"]  # [B, T, V]
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tensors["tgt_out"].reshape(-1), ignore_index=spec.pad_id)
+
+
+def run(model: torch.nn.Module, name: str, batch: Mapping, teacher_forcing=None) -> dict[str, np.ndarray]:
+    """Inference outputs (eval mode, no grad) as numpy, batch-first: logits/context and attention."""
+    spec = catalogue.get(name)
+    catalogue.check_teacher_forcing(spec, teacher_forcing)
+    tensors = _tensors(model, check_batch(spec, model.rosetta_config, batch))
+    was_training = model.training
+    try:
+        with torch.no_grad():
+            outputs = _outputs(model.eval(), spec, tensors)
+    finally:
+        model.train(was_training)
+    return {key: value.numpy() for key, value in outputs.items()}
+
+
+def loss_and_grads(model: torch.nn.Module, name: str, batch: Mapping, teacher_forcing=None) -> tuple[float, dict]:
+    """The loss of `batch` and its gradient w.r.t. every canonical weight (in the model's current mode)."""
+    spec = catalogue.get(name)
+    catalogue.check_teacher_forcing(spec, teacher_forcing)
+    tensors = _tensors(model, check_batch(spec, model.rosetta_config, batch, with_targets=True))
+    model.zero_grad(set_to_none=True)
+    loss = _loss(spec, _outputs(model, spec, tensors), tensors)
+    loss.backward()
+    return float(loss.detach()), get_grads(model)
