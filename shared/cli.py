@@ -31,6 +31,31 @@ def _fixtures(args) -> int:
     return 1 if args.check and changed else 0
 
 
+def _equality(args) -> int:
+    from pathlib import Path
+
+    import torch  # noqa: F401  (torch before tensorflow in one process)
+
+    from shared import equality, safetensors_io
+
+    stacks = [importlib.import_module(module) for module in ("torch_impl", "tf_impl")]
+    rows, failures = {}, []
+    for name in args.models or catalogue.built():
+        for dtype in catalogue.DTYPES[::-1]:
+            try:
+                rows[name, dtype] = equality.compare_stacks(name, dtype, *stacks)
+            except AssertionError as error:
+                failures.append(str(error))
+    title = "Max |torch - tf| on the golden fixtures (outputs, loss: float64 <= 1e-12, float32 <= 1e-5 + 1e-5 rel)"
+    lines = [f"# {title}", "", *equality.maxima_table(rows), "", *(f"FAILED: {failure}" for failure in failures)]
+    text = "\n".join(lines).rstrip() + "\n"
+    print(text, end="")
+    if args.output:
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+        safetensors_io.write_atomic(args.output, text.encode())
+    return 1 if failures else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rosetta", description="Attention seq2seq models proved equal in PyTorch and Keras.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -39,6 +64,10 @@ def main(argv: list[str] | None = None) -> int:
     fixtures.add_argument("models", nargs="*", help="catalogue names (default: every built model)")
     fixtures.add_argument("--check", action="store_true", help="write nothing; exit 1 if a file would change")
     fixtures.set_defaults(func=_fixtures)
+    equality = commands.add_parser("equality", help="measure max |torch - tf| of every built model (needs both stacks)")
+    equality.add_argument("models", nargs="*", help="catalogue names (default: every built model)")
+    equality.add_argument("--output", help="also write the markdown table to this file")
+    equality.set_defaults(func=_equality)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

@@ -13,42 +13,26 @@ import tf_impl
 import torch_impl
 from shared import catalogue, fixtures
 from shared.canonical import RULES, LeafRule, recurrent_rule
+from shared.equality import compare_stacks
 from tests.bad_inputs import bad_batches
-from tests.equality import RECORDS, assert_all_close, grad_bounds, output_bounds
+from tests.conftest import MAXIMA
 
 MODELS = catalogue.built()
 
 
-def _pair(name: str, dtype: str, rules=RULES):
-    """torch and Keras models holding the same golden weights (Keras's mapped through `rules`)."""
+def _pair(name: str, dtype: str):
+    """torch and Keras models holding the same golden weights."""
     spec, weights = catalogue.get(name), fixtures.load_golden(name).weights
-    torch_model = torch_impl.build(name, dtype, **spec.fixture_config)
-    keras_model = tf_impl.build(name, dtype, **spec.fixture_config)
-    torch_impl.set_weights(torch_model, weights)
-    tf_impl.set_weights(keras_model, weights, rules=rules)
-    return torch_model, keras_model
-
-
-def assert_stacks_agree(name: str, dtype: str, rules=RULES) -> dict[str, float]:
-    """Outputs, loss and gradients of both stacks equal within the policy; return the maxima."""
-    spec, batch = catalogue.get(name), fixtures.load_golden(name).batch
-    torch_model, keras_model = _pair(name, dtype, rules)
-    out_torch, out_keras = torch_impl.run(torch_model, name, batch), tf_impl.run(keras_model, name, batch)
-    maxima = {key: assert_all_close({key: out_keras[key]}, {key: out_torch[key]}, output_bounds(spec.tolerance, dtype), name)
-              for key in out_torch}  # fmt: skip
-    assert out_keras.keys() == out_torch.keys()
-    (loss_t, grads_t), (loss_k, grads_k) = (stack.loss_and_grads(m, name, batch) for stack, m in
-                                            ((torch_impl, torch_model), (tf_impl, keras_model)))  # fmt: skip
-    maxima["loss"] = assert_all_close({"loss": loss_k}, {"loss": loss_t}, output_bounds(spec.tolerance, dtype), name)
-    maxima["grads"] = assert_all_close(grads_k, grads_t, grad_bounds(spec.tolerance, dtype), f"{name} grads")
-    return maxima
+    models = [stack.build(name, dtype, **spec.fixture_config) for stack in (torch_impl, tf_impl)]
+    for stack, model in zip((torch_impl, tf_impl), models, strict=True):
+        stack.set_weights(model, weights)
+    return models
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("name", MODELS)
 def test_stacks_agree(name, dtype):
-    for quantity, value in assert_stacks_agree(name, dtype).items():
-        RECORDS.add(name, dtype, quantity, value)
+    MAXIMA[name, dtype] = compare_stacks(name, dtype, torch_impl, tf_impl)
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -83,7 +67,7 @@ def test_both_stacks_reject_bad_weights_with_the_same_message():
 def test_gru_mapped_without_the_gate_swap_is_caught(name):
     naive = {**RULES, "gru": recurrent_rule("gru", torch_gates="rzn", keras_gates="rzn")}
     with pytest.raises(AssertionError, match="max \\|diff\\|"):
-        assert_stacks_agree(name, "float64", rules=naive)
+        compare_stacks(name, "float64", torch_impl, tf_impl, rules=naive)
 
 
 def _without_recurrent_bias(rule: LeafRule) -> LeafRule:
@@ -101,7 +85,7 @@ def _without_recurrent_bias(rule: LeafRule) -> LeafRule:
 def test_recurrent_layer_with_one_bias_dropped_is_caught(kind, name):
     naive = {**RULES, kind: _without_recurrent_bias(RULES[kind])}
     with pytest.raises(AssertionError, match="max \\|diff\\|"):
-        assert_stacks_agree(name, "float64", rules=naive)
+        compare_stacks(name, "float64", torch_impl, tf_impl, rules=naive)
 
 
 def test_gru_with_reset_before_is_refused():

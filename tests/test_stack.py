@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from shared import catalogue, fixtures
+from shared.equality import assert_all_close, grad_bounds, output_bounds
 from tests.bad_inputs import bad_batches
-from tests.equality import assert_all_close, grad_bounds, output_bounds
 
 MODELS = catalogue.built()
 DTYPES = ["float64", "float32"]

@@ -8,8 +8,8 @@ import torch
 
 import torch_impl
 from shared import catalogue, fixtures
+from shared.equality import assert_close
 from tests import doc_listings
-from tests.equality import assert_close
 
 LISTED = {  # catalogue name -> the document's own class
     "reverse_rnn": doc_listings.ReverseTaskV0,

@@ -3,6 +3,7 @@
 import os
 
 os.environ["KERAS_BACKEND"] = "tensorflow"  # before keras is first imported
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's C++ info lines are noise in reports
 
 import keras  # noqa: E402
 
