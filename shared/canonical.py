@@ -104,6 +104,25 @@ def recurrent_rule(kind: str, torch_gates: str, keras_gates: str) -> LeafRule:
     return LeafRule(kind, to_keras, from_keras)
 
 
+def summed_bias_rule(kind: str, torch_gates: str, keras_gates: str) -> LeafRule:
+    """The usual conversion for *stock* Keras SimpleRNN/LSTM cells, which hold one bias: b_ih + b_hh.
+
+    Forward-equal, not training-equal (see the module docstring): reading it back gives b_ih = bias,
+    b_hh = 0. Offered for porting stock Keras models; our own cells use `recurrent_rule`.
+    """
+    exact = recurrent_rule(kind, torch_gates, keras_gates)
+
+    def to_keras(canon: Mapping[str, np.ndarray]) -> Arrays:
+        keras = exact.to_keras(canon)
+        return {name: value.sum(0) if name.startswith("bias") else value for name, value in keras.items()}
+
+    def from_keras(keras: Mapping[str, np.ndarray]) -> Arrays:
+        stacked = {n: np.stack([v, np.zeros_like(v)]) if n.startswith("bias") else v for n, v in keras.items()}
+        return exact.from_keras(stacked)
+
+    return LeafRule(kind, to_keras, from_keras)
+
+
 RULES: dict[str, LeafRule] = {
     "linear": LeafRule("linear", _linear_to_keras, _linear_from_keras),
     "embedding": LeafRule("embedding", *_renamer("weight", "embeddings")),
@@ -113,6 +132,9 @@ RULES: dict[str, LeafRule] = {
     "gru": recurrent_rule("gru", torch_gates="rzn", keras_gates="zrn"),
     # LSTM: both stacks use (input, forget, cell, output)
     "lstm": recurrent_rule("lstm", torch_gates="ifgo", keras_gates="ifgo"),
+    # stock Keras SimpleRNN / LSTM cells (one bias): forward-equal only
+    "rnn_summed": summed_bias_rule("rnn", torch_gates="h", keras_gates="h"),
+    "lstm_summed": summed_bias_rule("lstm", torch_gates="ifgo", keras_gates="ifgo"),
 }
 
 

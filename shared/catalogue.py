@@ -21,6 +21,8 @@ DOCUMENTS = {
 
 # Special token ids of the synthetic reverse task (document 001 gives none; ours).
 PAD_ID, SOS_ID, EOS_ID = 0, 1, 2
+# torchtext's order for Multi30k (documents 002/003): <unk> <pad> <sos> <eos>.
+MULTI30K_SPECIALS = {"pad_id": 1, "sos_id": 2, "eos_id": 3}
 
 
 @dataclass(frozen=True)
@@ -41,9 +43,13 @@ class ModelSpec:
     """One catalogue entry.
 
     Args:
+        module, factory: `torch_impl.<module>.<factory>` and `tf_impl.<module>.<factory>` build it.
         interface: "seq2seq" (token batches: src, tgt_in, tgt_out -> logits, attention) or
             "attention" (vector batches: query, values -> context, attention).
         config: constructor arguments at the document's own sizes.
+        vocab_keys: the config keys of the source and target vocabulary sizes.
+        variable_length: takes `src_len` (padded sources; pads masked in encoder and attention) and
+            greedy decoding; also a teacher-forcing schedule.
         fixture_config: the small constructor arguments of the equality fixtures.
         fixture_batch: batch sizes of the fixtures, `{"B": .., "S": .., "T": ..}`.
         dropout: how equality is proved where the model has dropout.
@@ -53,21 +59,30 @@ class ModelSpec:
     document: str
     doc_class: str
     module: str
-    class_name: str
+    factory: str
     interface: str
     config: dict
     fixture_config: dict
     fixture_batch: dict = field(default_factory=lambda: {"B": 3, "S": 5, "T": 6})
     has_attention: bool = True
     built: bool = True
+    vocab_keys: tuple[str, str] = ("vocab_size", "vocab_size")
+    variable_length: bool = False
     pad_id: int = PAD_ID
+    sos_id: int = SOS_ID
+    eos_id: int = EOS_ID
     tolerance: Tolerance = Tolerance()
     dropout: str = "the model has no dropout"
     notes: str = ""
 
     @property
     def vocab_size(self) -> int | None:
-        return self.fixture_config.get("vocab_size")
+        """Target vocabulary size at fixture sizes."""
+        return self.fixture_config.get(self.vocab_keys[1])
+
+    @property
+    def src_vocab_size(self) -> int | None:
+        return self.fixture_config.get(self.vocab_keys[0])
 
 
 _REVERSE = {"vocab_size": 20, "embedding_dim": 64, "hidden_size": 128}
@@ -76,25 +91,55 @@ _ATTN = {"attention_size": 128}
 _ATTN_FIXTURE = {"attention_size": 13}
 
 
-def _reverse(name, doc_class, class_name, attention=None, notes=""):
+def _reverse(name, doc_class, factory, attention=None, notes=""):
     """An entry of document 001 (the reverse task); `attention` adds the attention size to the config."""
     return ModelSpec(
         name=name,
         document="001",
         doc_class=doc_class,
         module="reverse_task",
-        class_name=class_name,
+        factory=factory,
         interface="seq2seq",
         config={**_REVERSE, **(_ATTN if attention else {})},
         fixture_config={**_REVERSE_FIXTURE, **(_ATTN_FIXTURE if attention else {})},
-        has_attention=class_name != "ReverseTaskV0",
+        has_attention=factory != "ReverseTaskV0",
         notes=notes,
     )
 
 
-def _planned(name, document, doc_class, module, class_name):
-    """An entry whose implementation has not landed yet (its issue is open)."""
-    return ModelSpec(name, document, doc_class, module, class_name, "seq2seq", {}, {}, built=False)
+DROPOUT_OFF = "equality is proved with dropout off (torch eval mode, Keras training=False)"
+# Fixture sizes of the real-data models: B 3, S 8, T 6, and these, all distinct.
+_LUONG_FIXTURE = {"input_dim": 23, "output_dim": 19, "embed_dim": 7, "hidden_dim": 11, "n_layers": 2, "dropout": 0.2}
+
+
+def _luong(score_fn: str) -> ModelSpec:
+    """An entry of document 003 (Luong global attention, stacked LSTMs, Multi30k)."""
+    return ModelSpec(
+        name=f"luong_{score_fn}",
+        document="003",
+        doc_class=f"Model(Encoder, Decoder(Attention(score_fn={score_fn!r})))",
+        module="luong",
+        factory="build_model",
+        interface="seq2seq",
+        # the document's sizes; the vocabularies are Multi30k's (spaCy blank tokenizers, min_freq 2)
+        config={
+            "input_dim": 7853,
+            "output_dim": 5893,
+            "embed_dim": 256,
+            "hidden_dim": 512,
+            "n_layers": 2,
+            "dropout": 0.2,
+            "score_fn": score_fn,
+        },  # fmt: skip
+        fixture_config={**_LUONG_FIXTURE, "score_fn": score_fn},
+        fixture_batch={"B": 3, "S": 8, "T": 6},
+        vocab_keys=("input_dim", "output_dim"),
+        variable_length=True,
+        dropout=DROPOUT_OFF,
+        notes="Decoder takes num_layers (the listing used n_layers); concat score v . tanh(W [h_t; h_s]) on the "
+        "feature axis (the listing had no tanh and the wrong axis); outs[0] stays zero in Model.forward",
+        **MULTI30K_SPECIALS,
+    )
 
 
 _ENTRIES = [
@@ -103,7 +148,7 @@ _ENTRIES = [
         document="000",
         doc_class="AdditiveAttention",
         module="additive",
-        class_name="AdditiveAttention",
+        factory="AdditiveAttention",
         interface="attention",
         config={"encoder_dim": 100, "decoder_dim": 50},
         fixture_config={"encoder_dim": 7, "decoder_dim": 11},
@@ -133,11 +178,71 @@ _ENTRIES = [
         attention=True,
         notes="score v . tanh(W_a [s_t; h_i]) with the current state; the document gives the formula only",
     ),
-    _planned("bahdanau_bigru", "002", "Seq2Seq", "bahdanau_bigru", "Seq2Seq"),
-    _planned("luong_dot", "003", "Model (score_fn='dot')", "luong", "Model"),
-    _planned("luong_general", "003", "Model (score_fn='general')", "luong", "Model"),
-    _planned("luong_concat", "003", "Model (score_fn='concat')", "luong", "Model"),
-    _planned("tf_tutorial", "004", "Encoder/Decoder/BahdanauAttention", "tf_tutorial", "Seq2Seq"),
+    ModelSpec(
+        name="bahdanau_bigru",
+        document="002",
+        doc_class="Seq2Seq(Encoder, Decoder(Attention))",
+        module="bahdanau_bigru",
+        factory="build_model",
+        interface="seq2seq",
+        # Ben Trevett's sizes for this architecture (the document's own were lost in extraction)
+        config={
+            "src_vocab_size": 7853,
+            "tgt_vocab_size": 5893,
+            "embed_dim": 256,
+            "encoder_hidden_size": 512,
+            "decoder_hidden_size": 512,
+            "dropout": 0.5,
+        },  # fmt: skip
+        fixture_config={
+            "src_vocab_size": 23,
+            "tgt_vocab_size": 19,
+            "embed_dim": 7,
+            "encoder_hidden_size": 5,
+            "decoder_hidden_size": 11,
+            "dropout": 0.5,
+        },  # fmt: skip
+        fixture_batch={"B": 3, "S": 8, "T": 6},
+        vocab_keys=("src_vocab_size", "tgt_vocab_size"),
+        variable_length=True,
+        dropout=DROPOUT_OFF,
+        notes="listing fixes: weighted.permute assigned, predictions -> output, droppout -> dropout, the "
+        "torch.cat calls' lost first arguments restored, step t predicts target[t + 1] (outputs[0] stays zero)",
+        **MULTI30K_SPECIALS,
+    ),
+    _luong("dot"),
+    _luong("general"),
+    _luong("concat"),
+    ModelSpec(
+        name="tf_tutorial",
+        document="004",
+        doc_class="Encoder, Decoder(BahdanauAttention) (TensorFlow NMT tutorial)",
+        module="tf_tutorial",
+        factory="build_model",
+        interface="seq2seq",
+        # the tutorial's sizes; its vocabularies depend on the 30,000 spa-eng pairs it keeps
+        config={
+            "vocab_inp_size": 9414,
+            "vocab_tar_size": 4935,
+            "embedding_dim": 256,
+            "units": 1024,
+            "batch_sz": 64,
+            "feed_state": False,
+        },  # fmt: skip
+        fixture_config={
+            "vocab_inp_size": 23,
+            "vocab_tar_size": 19,
+            "embedding_dim": 7,
+            "units": 11,
+            "batch_sz": 3,
+            "feed_state": False,
+        },  # fmt: skip
+        fixture_batch={"B": 3, "S": 8, "T": 6},
+        vocab_keys=("vocab_inp_size", "vocab_tar_size"),
+        variable_length=True,
+        notes="Decoder.call runs the GRU without initial_state, as the listing does (feed_state=False); "
+        "feed_state=True passes the previous state as the paper intends",
+    ),
 ]
 
 CATALOGUE = MappingProxyType({spec.name: spec for spec in _ENTRIES})
@@ -168,13 +273,12 @@ def resolve_config(spec: ModelSpec, dtype: str, overrides: dict) -> dict:
     unknown = sorted(set(overrides) - set(spec.config))
     if unknown:
         raise ValueError(f"model {spec.name!r} has no config {', '.join(unknown)}; it takes: {', '.join(spec.config)}")
-    bad = {key: value for key, value in overrides.items() if not isinstance(value, int) or value <= 0}
-    if bad:
-        raise ValueError(f"model {spec.name!r}: config sizes must be positive integers, got {bad}")
+    for key, value in overrides.items():
+        default = spec.config[key]
+        if type(value) is not type(default) and not (type(default) is float and type(value) is int):
+            raise ValueError(f"model {spec.name!r}: config {key} must be of type {type(default).__name__}, got {value!r}")
+        if type(default) is int and value <= 0:
+            raise ValueError(f"model {spec.name!r}: config {key} must be a positive integer, got {value!r}")
+        if type(default) is float and not 0 <= value < 1:
+            raise ValueError(f"model {spec.name!r}: config {key} must be in [0, 1), got {value!r}")
     return {**spec.config, **overrides}
-
-
-def check_teacher_forcing(spec: ModelSpec, teacher_forcing) -> None:
-    """Document 001's models always feed the true previous token: a schedule for them is a mistake."""
-    if teacher_forcing is not None:
-        raise ValueError(f"model {spec.name!r} always teacher-forces (document {spec.document}); pass teacher_forcing=None")

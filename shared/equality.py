@@ -44,12 +44,15 @@ def grad_bounds(tolerance: Tolerance, dtype: str) -> tuple[float, float]:
 
 
 def results(stack, name: str, dtype: str, **set_weights_options) -> dict:
-    """Outputs, loss and canonical gradients of `stack`'s model holding the golden weights and batch."""
+    """Outputs, loss, canonical gradients (and greedy decoding) of `stack`'s model on the golden fixture:
+    its weights, batch and teacher-forcing schedule."""
     spec, golden = catalogue.get(name), fixtures.load_golden(name)
     model = stack.build(name, dtype, **spec.fixture_config)
     stack.set_weights(model, golden.weights, **set_weights_options)
-    loss, grads = stack.loss_and_grads(model, name, golden.batch)
-    return {"outputs": stack.run(model, name, golden.batch), "loss": loss, "grads": grads}
+    loss, grads = stack.loss_and_grads(model, name, golden.batch, teacher_forcing=golden.schedule)
+    outputs = stack.run(model, name, golden.batch, teacher_forcing=golden.schedule)
+    greedy = stack.greedy(model, name, golden.batch, max_len=fixtures.greedy_max_len(golden)) if spec.variable_length else {}
+    return {"outputs": outputs, "loss": loss, "grads": grads, "greedy": greedy}
 
 
 def compare_stacks(name: str, dtype: str, reference, candidate, **candidate_options) -> dict[str, float]:
@@ -68,7 +71,17 @@ def compare_stacks(name: str, dtype: str, reference, candidate, **candidate_opti
     }
     maxima["loss"] = assert_close(cand["loss"], ref["loss"], *bounds, what=f"{name} loss")
     maxima["grads"] = assert_all_close(cand["grads"], ref["grads"], grad_bounds(tolerance, dtype), f"{name} grads")
+    if ref["greedy"]:
+        assert_tokens_equal(cand["greedy"]["tokens"], ref["greedy"]["tokens"], f"{name} greedy")
+        maxima["greedy attention"] = assert_close(cand["greedy"]["attention"], ref["greedy"]["attention"], *bounds)
     return maxima
+
+
+def assert_tokens_equal(actual, expected, what: str) -> None:
+    """Greedy token ids must be identical: same length, same ids."""
+    actual, expected = np.asarray(actual), np.asarray(expected)
+    if actual.shape != expected.shape or not np.array_equal(actual, expected):
+        raise AssertionError(f"{what}: token ids differ:\n{actual}\nvs\n{expected}")
 
 
 def maxima_table(rows: Mapping[tuple[str, str], Mapping[str, float]]) -> list[str]:

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from shared import safetensors_io
-from shared.catalogue import EOS_ID, PAD_ID, SOS_ID, ModelSpec, get
+from shared.catalogue import ModelSpec, get
 
 GOLDEN_DIR = Path(__file__).with_name("golden")
 WEIGHT_SCALE = 0.5  # U(-0.5, 0.5): large enough that tanh and softmax are far from linear and uniform
@@ -46,15 +46,26 @@ def make_batch(spec: ModelSpec) -> dict[str, np.ndarray]:
             "query": rng.normal(size=(B, T, config["decoder_dim"])),
             "values": rng.normal(size=(B, S, config["encoder_dim"])),
         }
-    first = EOS_ID + 1  # ids below are specials
-    src = rng.integers(first, spec.vocab_size, (B, S))
-    src[-1, -1] = src[0, 0]
+    first = max(spec.pad_id, spec.sos_id, spec.eos_id) + 1  # ids below are specials
+    src = rng.integers(first, spec.src_vocab_size, (B, S))
+    src[-1, 0] = src[0, 0]
     tgt_out = rng.integers(first, spec.vocab_size, (B, T))
     for row in range(B):
-        tgt_out[row, T - row - 1] = EOS_ID
-        tgt_out[row, T - row :] = PAD_ID
-    tgt_in = np.concatenate([np.full((B, 1), SOS_ID), tgt_out[:, :-1]], axis=1)
-    return {"src": src, "tgt_in": tgt_in, "tgt_out": tgt_out}
+        tgt_out[row, T - row - 1] = spec.eos_id
+        tgt_out[row, T - row :] = spec.pad_id
+    tgt_in = np.concatenate([np.full((B, 1), spec.sos_id), tgt_out[:, :-1]], axis=1)
+    batch = {"src": src, "tgt_in": tgt_in, "tgt_out": tgt_out}
+    if spec.variable_length:  # sources of lengths S, S - 1, ...: all different, padded at the end
+        batch["src_len"] = np.arange(S, S - B, -1)
+        src[np.arange(S) >= batch["src_len"][:, None]] = spec.pad_id
+    return batch
+
+
+def make_schedule(spec: ModelSpec) -> np.ndarray | None:
+    """The fixture's teacher-forcing schedule: alternating, so both the true-token and argmax paths run."""
+    if not spec.variable_length:
+        return None
+    return np.arange(spec.fixture_batch["T"] - 1) % 2 == 0
 
 
 @dataclass(frozen=True)
@@ -65,11 +76,23 @@ class Golden:
     batch: dict[str, np.ndarray]
     outputs: dict[str, np.ndarray]
     grads: dict[str, np.ndarray]
+    greedy: dict[str, np.ndarray]
     loss: float
     metadata: dict[str, str]
+    schedule: np.ndarray | None = None
 
 
-_SECTIONS = ("weights", "batch", "outputs", "grads")
+_SECTIONS = ("weights", "batch", "outputs", "grads", "greedy")
+GREEDY_EXTRA_STEPS = 2  # greedy fixtures may run past the target length
+
+
+def _greedy_max_len(batch: dict) -> int:
+    return batch["tgt_in"].shape[1] + GREEDY_EXTRA_STEPS
+
+
+def greedy_max_len(golden: Golden) -> int:
+    """The length limit the golden greedy decoding ran with."""
+    return _greedy_max_len(golden.batch)
 
 
 def golden_path(name: str) -> Path:
@@ -83,7 +106,10 @@ def load_golden(name: str) -> Golden:
         section, _, rest = key.partition("/")
         if section in sections:
             sections[section][rest] = array
-    return Golden(**sections, loss=float(tensors["loss"]), metadata=metadata)
+    schedule = tensors.get("schedule")
+    return Golden(
+        **sections, loss=float(tensors["loss"]), metadata=metadata, schedule=None if schedule is None else schedule.astype(bool)
+    )
 
 
 def golden_bytes(name: str, stack) -> bytes:
@@ -91,12 +117,13 @@ def golden_bytes(name: str, stack) -> bytes:
     spec = get(name)
     model = stack.build(name, "float64", **spec.fixture_config)
     shapes = {key: array.shape for key, array in stack.get_weights(model).items()}
-    weights, batch = make_weights(name, shapes), make_batch(spec)
+    weights, batch, schedule = make_weights(name, shapes), make_batch(spec), make_schedule(spec)
     stack.set_weights(model, weights)
-    outputs = stack.run(model, name, batch)
-    loss, grads = stack.loss_and_grads(model, name, batch)
-    tensors = {"loss": np.array(loss)}
-    for section, arrays in zip(_SECTIONS, (weights, batch, outputs, grads), strict=True):
+    outputs = stack.run(model, name, batch, teacher_forcing=schedule)
+    loss, grads = stack.loss_and_grads(model, name, batch, teacher_forcing=schedule)
+    greedy = stack.greedy(model, name, batch, max_len=_greedy_max_len(batch)) if spec.variable_length else {}
+    tensors = {"loss": np.array(loss), **({} if schedule is None else {"schedule": schedule})}
+    for section, arrays in zip(_SECTIONS, (weights, batch, outputs, grads, greedy), strict=True):
         tensors.update({f"{section}/{key}": array for key, array in arrays.items()})
     metadata = {"model": name, "document": spec.document, "dtype": "float64", "generated_by": stack.__name__}
     return safetensors_io.dumps(tensors, metadata)

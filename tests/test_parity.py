@@ -11,7 +11,10 @@ ROOT = Path(__file__).resolve().parents[1]
 STACK_SPECIFIC = {"tf_impl/layers.py"}  # Keras cells keeping torch's two biases: torch needs no counterpart
 FRAMEWORK_METHODS = {"forward": "call"}  # the call method is the only name the frameworks decide
 # the Keras walk over attribute paths; on the torch side state_dict() is that walk
-ONE_STACK_FUNCTIONS = {"weights.py": {"leaf", "leaves"}}
+ONE_STACK_FUNCTIONS = {
+    "weights.py": {"leaf", "leaves"},
+    "tf_tutorial.py": {"keras_initializers"},  # torch starts from Keras's default distributions; Keras has them
+}
 
 
 def _files(stack: str) -> set[str]:

@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from shared import catalogue, fixtures, safetensors_io
+from shared import catalogue, fixtures, safetensors_io, teacher_forcing
 from shared.canonical import RULES, check_weights, reorder_gates
 from shared.validation import check_batch
 
@@ -34,7 +34,8 @@ def test_shared_imports_with_numpy_alone():
 @pytest.mark.parametrize("name", catalogue.built())
 def test_fixture_dimensions_are_all_distinct(name):
     spec = catalogue.get(name)
-    sizes = [*spec.fixture_config.values(), *spec.fixture_batch.values()]
+    dims = {k: v for k, v in spec.fixture_config.items() if type(v) is int and k not in ("batch_sz", "n_layers")}
+    sizes = [*dims.values(), *spec.fixture_batch.values()]  # batch_sz is B by definition; n_layers is no width
     assert len(set(sizes)) == len(sizes), f"{name}: fixture sizes repeat: {sizes}"
 
 
@@ -49,12 +50,44 @@ def test_weights_and_batches_regenerate_byte_identical(name):
     assert all(batch[k].tobytes() == golden.batch[k].tobytes() for k in batch)
 
 
-def test_fixture_batch_pads_targets_and_repeats_a_source_token():
-    batch = fixtures.make_batch(catalogue.get("reverse_bahdanau"))
-    lengths = (batch["tgt_out"] != catalogue.PAD_ID).sum(1)
-    assert len(set(lengths)) == len(lengths) and (batch["tgt_out"] == catalogue.PAD_ID).any()
-    assert batch["src"][0, 0] == batch["src"][-1, -1]
-    assert (batch["tgt_in"][:, 1:] == batch["tgt_out"][:, :-1]).all()
+@pytest.mark.parametrize("name", ["reverse_bahdanau", "bahdanau_bigru"])
+def test_fixture_batch_pads_targets_and_repeats_a_source_token(name):
+    spec = catalogue.get(name)
+    batch = fixtures.make_batch(spec)
+    lengths = (batch["tgt_out"] != spec.pad_id).sum(1)
+    assert len(set(lengths)) == len(lengths) and (batch["tgt_out"] == spec.pad_id).any()
+    assert batch["src"][0, 0] == batch["src"][-1, 0]
+    assert (batch["tgt_in"][:, 1:] == batch["tgt_out"][:, :-1]).all() and (batch["tgt_in"][:, 0] == spec.sos_id).all()
+
+
+def test_variable_length_fixtures_have_all_different_source_lengths_and_a_mixed_schedule():
+    spec = catalogue.get("luong_general")
+    batch, schedule = fixtures.make_batch(spec), fixtures.make_schedule(spec)
+    lengths = batch["src_len"]
+    assert len(set(lengths)) == len(lengths) == spec.fixture_batch["B"] and lengths.max() == spec.fixture_batch["S"]
+    for row, length in enumerate(lengths):
+        assert (batch["src"][row, length:] == spec.pad_id).all() and (batch["src"][row, :length] != spec.pad_id).all()
+    assert schedule.shape == (spec.fixture_batch["T"] - 1,) and schedule.any() and not schedule.all()
+
+
+def test_teacher_forcing_draw_is_seeded_and_follows_the_ratio():
+    draw = teacher_forcing.draw
+    assert np.array_equal(draw(0.5, 50, np.random.default_rng(3)), draw(0.5, 50, np.random.default_rng(3)))
+    assert draw(1.0, 9, np.random.default_rng(0)).all() and not draw(0.0, 9, np.random.default_rng(0)).any()
+    assert 0.4 < draw(0.5, 10_000, np.random.default_rng(0)).mean() < 0.6
+    with pytest.raises(ValueError, match="teacher_force_ratio"):
+        draw(1.5, 3, np.random.default_rng(0))
+
+
+@pytest.mark.parametrize(
+    "schedule,fragment",
+    [([True, False], "shape \\(5,\\)"), (np.ones(5) * 0.5, "booleans"), ([[True] * 5], "shape")],
+)
+def test_bad_schedules_are_rejected(schedule, fragment):
+    with pytest.raises(ValueError, match=fragment):
+        teacher_forcing.check(catalogue.get("luong_dot"), schedule, 6)
+    with pytest.raises(ValueError, match="always teacher-forces"):
+        teacher_forcing.check(catalogue.get("reverse_luong_dot"), [True] * 5, 6)
 
 
 def _cell(rng, gates, hidden, inputs, suffix):
@@ -84,6 +117,14 @@ def test_leaf_rules_round_trip_exactly(kind, canon):
     back = RULES[kind].from_keras(RULES[kind].to_keras(canon))
     assert back.keys() == canon.keys()
     assert all(np.array_equal(back[k], canon[k]) for k in canon)
+
+
+def test_summed_bias_rule_is_forward_equal_but_loses_the_split():
+    canon = dict(_cell(np.random.default_rng(1), 4, 3, 2, "_l0"))
+    keras = RULES["lstm_summed"].to_keras(canon)
+    assert np.allclose(keras["bias_l0"], canon["bias_ih_l0"] + canon["bias_hh_l0"])
+    back = RULES["lstm_summed"].from_keras(keras)
+    assert np.allclose(back["bias_ih_l0"], keras["bias_l0"]) and not back["bias_hh_l0"].any()
 
 
 def test_gru_rule_swaps_reset_and_update_blocks_and_stacks_biases():
@@ -143,17 +184,27 @@ def test_validation_accepts_the_fixture_batches():
 
 @pytest.mark.parametrize(
     "overrides,fragment",
-    [({"hidden": 3}, "has no config hidden"), ({"hidden_size": 0}, "positive integers"), ({"hidden_size": 2.5}, "positive")],
+    [
+        ({"hidden": 3}, "has no config hidden"),
+        ({"hidden_size": 0}, "positive integer"),
+        ({"hidden_size": 2.5}, "must be of type int"),
+    ],
 )
 def test_bad_config_overrides_are_rejected(overrides, fragment):
     with pytest.raises(ValueError, match=fragment):
         catalogue.resolve_config(catalogue.get("reverse_luong_dot"), "float32", overrides)
 
 
-def test_unknown_and_unbuilt_models_and_dtypes_are_rejected():
+def test_config_types_follow_the_document_defaults():
+    spec = catalogue.get("luong_concat")
+    assert catalogue.resolve_config(spec, "float64", {"dropout": 0, "n_layers": 3})["n_layers"] == 3
+    for overrides, fragment in (({"dropout": 1.5}, "in \\[0, 1\\)"), ({"score_fn": 3}, "must be of type str")):
+        with pytest.raises(ValueError, match=fragment):
+            catalogue.resolve_config(spec, "float64", overrides)
+
+
+def test_unknown_models_and_dtypes_are_rejected():
     with pytest.raises(ValueError, match="unknown model 'nope'"):
         catalogue.get("nope")
-    with pytest.raises(ValueError, match="not yet built"):
-        catalogue.get("tf_tutorial")
     with pytest.raises(ValueError, match="dtype must be one of"):
         catalogue.resolve_config(catalogue.get("reverse_rnn"), "float16", {})

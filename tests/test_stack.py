@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from shared import catalogue, fixtures
-from shared.equality import assert_all_close, grad_bounds, output_bounds
+from shared.equality import assert_all_close, assert_close, assert_tokens_equal, grad_bounds, output_bounds
 from tests.bad_inputs import bad_batches
 
 MODELS = catalogue.built()
@@ -24,11 +24,65 @@ def fixture_model(stack, name: str, dtype: str = "float64"):
 @pytest.mark.parametrize("name", MODELS)
 def test_outputs_and_gradients_match_the_golden_file(stack, name, dtype):
     spec, golden = catalogue.get(name), fixtures.load_golden(name)
-    model = fixture_model(stack, name, dtype)
-    assert_all_close(stack.run(model, name, golden.batch), golden.outputs, output_bounds(spec.tolerance, dtype), "outputs")
-    loss, grads = stack.loss_and_grads(model, name, golden.batch)
-    assert_all_close({"loss": loss}, {"loss": golden.loss}, output_bounds(spec.tolerance, dtype), "loss")
+    model, bounds = fixture_model(stack, name, dtype), output_bounds(spec.tolerance, dtype)
+    outputs = stack.run(model, name, golden.batch, teacher_forcing=golden.schedule)
+    assert_all_close(outputs, golden.outputs, bounds, "outputs")
+    loss, grads = stack.loss_and_grads(model, name, golden.batch, teacher_forcing=golden.schedule)
+    assert_all_close({"loss": loss}, {"loss": golden.loss}, bounds, "loss")
     assert_all_close(grads, golden.grads, grad_bounds(spec.tolerance, dtype), "grads")
+    if spec.variable_length:
+        greedy = stack.greedy(model, name, golden.batch, max_len=fixtures.greedy_max_len(golden))
+        assert_tokens_equal(greedy["tokens"], golden.greedy["tokens"], "greedy")
+        assert_all_close({"a": greedy["attention"]}, {"a": golden.greedy["attention"]}, bounds, "greedy attention")
+
+
+VARIABLE_LENGTH = [name for name in MODELS if catalogue.get(name).variable_length]
+
+
+@pytest.mark.parametrize("name", VARIABLE_LENGTH)
+def test_padding_changes_nothing_on_valid_positions(stack, name):
+    """Each padded row gives what it gives alone, unpadded: pads are masked in encoder and attention."""
+    spec, golden = catalogue.get(name), fixtures.load_golden(name)
+    model, batch = fixture_model(stack, name), dict(golden.batch)
+    batch["src"] = np.where(batch["src"] == spec.pad_id, spec.eos_id, batch["src"])  # pad content must not matter
+    together = stack.run(model, name, batch, teacher_forcing=golden.schedule)
+    for row, length in enumerate(batch["src_len"]):
+        alone = {key: batch[key][row : row + 1] for key in ("tgt_in", "tgt_out")} | {"src": batch["src"][row : row + 1, :length]}
+        single = stack.run(model, name, alone, teacher_forcing=golden.schedule)
+        assert_close(together["logits"][row], single["logits"][0], 1e-12, what=f"row {row} logits")
+        assert_close(together["attention"][row, :, :length], single["attention"][0], 1e-12, what=f"row {row} attention")
+        assert not together["attention"][row, :, length:].any(), "attention on a pad position"
+
+
+@pytest.mark.parametrize("name", VARIABLE_LENGTH)
+def test_document_time_major_signature(stack, name):
+    """The documents' `forward(source [S, B], target [T, B])` (the tutorial's `(inp [B, S], targ [B, T])`)."""
+    spec, golden = catalogue.get(name), fixtures.load_golden(name)
+    model = fixture_model(stack, name)
+    src, tgt = golden.batch["src"], np.concatenate([golden.batch["tgt_in"], golden.batch["tgt_out"][:, -1:]], 1)
+    if name == "tf_tutorial":
+        expected = stack.run(model, name, {"src": src, "tgt_in": tgt[:, :-1]})["logits"]
+        assert_close(_numpy(model(_ids(stack, src), _ids(stack, tgt))), expected, 1e-12)
+        return
+    outputs = _numpy(model(_ids(stack, src.T), _ids(stack, tgt.T), teacher_force_ratio=1.0))  # always the true token
+    expected = stack.run(model, name, {"src": src, "tgt_in": tgt[:, :-1]})["logits"]
+    assert outputs.shape == (tgt.shape[1], len(src), spec.vocab_size) and not outputs[0].any()
+    assert_close(outputs[1:].transpose(1, 0, 2), expected, 1e-12, what="time-major forward")
+
+
+def _numpy(tensor) -> np.ndarray:
+    return tensor.detach().numpy() if hasattr(tensor, "detach") else np.asarray(tensor)
+
+
+def _ids(stack, array):
+    """Token ids as the stack's own tensor type."""
+    if stack.__name__ == "torch_impl":
+        import torch
+
+        return torch.as_tensor(array)
+    import tensorflow as tf
+
+    return tf.constant(array)
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -47,16 +101,26 @@ def test_output_shapes_and_attention_rows(stack, name):
 
 @pytest.mark.parametrize("name", MODELS)
 def test_document_sizes_are_the_defaults(stack, name):
-    spec = catalogue.get(name)
-    model = stack.build(name)
-    shapes = {key: array.shape for key, array in stack.get_weights(model).items()}
-    if spec.interface == "seq2seq":
-        config = spec.config
-        assert shapes["enc_embeddings.weight"] == (config["vocab_size"], config["embedding_dim"])
-        assert shapes["output_layer.weight"][0] == config["vocab_size"] == 20
-        assert shapes["encoder.weight_hh_l0"][1] == config["hidden_size"] == 128
-    else:
-        assert shapes["W_2.weight"] == (50, 100) and shapes["v"] == (50,)
+    shapes = {key: array.shape for key, array in stack.get_weights(stack.build(name)).items()}
+    for key, shape in DOCUMENT_SHAPES[name.split("_")[0] if name.startswith(("reverse", "luong")) else name].items():
+        assert shapes[key] == shape, key
+
+
+DOCUMENT_SHAPES = {  # a few weights per family at the documents' own sizes
+    "additive_attention": {"W_2.weight": (50, 100), "v": (50,)},
+    "reverse": {"enc_embeddings.weight": (20, 64), "output_layer.bias": (20,)},
+    "bahdanau_bigru": {
+        "encoder.embed.weight": (7853, 256),
+        "encoder.gru.weight_hh_l0_reverse": (1536, 512),
+        "decoder.fc.weight": (5893, 1024 + 512 + 256),
+    },  # fmt: skip
+    "luong": {"encoder.lstm.weight_ih_l1": (2048, 512), "decoder.wc.weight": (512, 1024), "decoder.fc.weight": (5893, 512)},
+    "tf_tutorial": {
+        "encoder.embedding.weight": (9414, 256),
+        "decoder.gru.weight_ih_l0": (3072, 1280),
+        "decoder.attention.V.weight": (1, 1024),
+    },  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -98,6 +162,19 @@ def test_bad_inputs_raise_a_clear_value_error(stack, name):
     without_last = dict(list(golden.batch.items())[:-1])  # seq2seq: no tgt_out; attention: no values
     with pytest.raises(ValueError, match=f"missing '{list(golden.batch)[-1]}'"):
         stack.loss_and_grads(model, name, without_last)
+
+
+@pytest.mark.parametrize("max_len", [0, -1, 2.5, True])
+def test_greedy_rejects_a_bad_length_limit(stack, max_len):
+    model = fixture_model(stack, "luong_dot", "float32")
+    with pytest.raises(ValueError, match="max_len must be a positive integer"):
+        stack.greedy(model, "luong_dot", fixtures.load_golden("luong_dot").batch, max_len=max_len)
+
+
+def test_greedy_needs_a_model_that_decodes_greedily(stack):
+    model = fixture_model(stack, "reverse_rnn", "float32")
+    with pytest.raises(ValueError, match="has no greedy decoding"):
+        stack.greedy(model, "reverse_rnn", fixtures.load_golden("reverse_rnn").batch)
 
 
 def test_build_rejects_bad_arguments(stack):

@@ -10,20 +10,21 @@ import numpy as np
 import tensorflow as tf
 
 from shared import catalogue
-from shared.validation import check_batch
+from shared.validation import check_max_len, prepare
 from tf_impl.weights import get_grads, get_weights, leaves, set_weights
 
-__all__ = ["build", "get_weights", "set_weights", "run", "loss_and_grads"]
+__all__ = ["build", "get_weights", "set_weights", "run", "loss_and_grads", "greedy"]
 
 
 def build(name: str, dtype: str = "float32", **overrides) -> keras.Layer:
     """The catalogue model `name` at the document's sizes (or `overrides`), its variables created."""
     spec = catalogue.get(name)
     config = catalogue.resolve_config(spec, dtype, overrides)
-    model_class = getattr(importlib.import_module(f"tf_impl.{spec.module}"), spec.class_name)
-    model = model_class(**config, dtype=dtype)
+    factory = getattr(importlib.import_module(f"tf_impl.{spec.module}"), spec.factory)
+    model = factory(**config, dtype=dtype)
     model.rosetta_config = config
     _outputs(model, spec, _tensors(model, _dummy_batch(spec, config)))  # one call creates every variable
+    model.built = True  # so a later model(...) does not try to build it again
     return model
 
 
@@ -37,11 +38,12 @@ def _tensors(model, arrays: Mapping[str, np.ndarray]) -> dict[str, tf.Tensor]:
     return {key: tf.constant(a, dtype=model.compute_dtype if a.dtype.kind == "f" else "int64") for key, a in arrays.items()}
 
 
-def _outputs(model, spec: catalogue.ModelSpec, tensors: dict, training: bool = False) -> dict[str, tf.Tensor]:
+def _outputs(model, spec: catalogue.ModelSpec, tensors: dict, schedule=None) -> dict[str, tf.Tensor]:
     if spec.interface == "attention":
         context, attention = model.attend(tensors["query"], tensors["values"])  # (B, T, De), (B, T, S)
         return {"context": context, "attention": attention}
-    logits, attention = model.decode(tensors["src"], tensors["tgt_in"])  # (B, T, V), (B, T, S)
+    extras = {"src_len": tensors.get("src_len"), "teacher_forcing": schedule} if spec.variable_length else {}
+    logits, attention = model.decode(tensors["src"], tensors["tgt_in"], **extras)  # (B, T, V), (B, T, S)
     return {"logits": logits} if attention is None else {"logits": logits, "attention": attention}
 
 
@@ -59,10 +61,21 @@ def _loss(spec: catalogue.ModelSpec, outputs: dict, tensors: dict) -> tf.Tensor:
 
 def run(model, name: str, batch: Mapping, teacher_forcing=None) -> dict[str, np.ndarray]:
     """Inference outputs (training=False) as numpy, batch-first: logits/context and attention."""
-    spec = catalogue.get(name)
-    catalogue.check_teacher_forcing(spec, teacher_forcing)
-    tensors = _tensors(model, check_batch(spec, model.rosetta_config, batch))
-    return {key: value.numpy() for key, value in _outputs(model, spec, tensors).items()}
+    spec, arrays, schedule = prepare(name, model.rosetta_config, batch, teacher_forcing)
+    return {key: value.numpy() for key, value in _outputs(model, spec, _tensors(model, arrays), schedule).items()}
+
+
+def greedy(model, name: str, batch: Mapping, max_len: int = 50) -> dict[str, np.ndarray]:
+    """Greedy decoding from `batch["src"]` (and `src_len`): token ids `(B, L)`, attention `(B, L, S)`."""
+    spec, arrays, _ = prepare(name, model.rosetta_config, batch, with_tgt_in=False)
+    max_len = check_max_len(max_len)
+    if not spec.variable_length:
+        raise ValueError(f"model {name!r} has no greedy decoding (document {spec.document} gives none)")
+    tensors = _tensors(model, arrays)
+    tokens, attention = model.translate(
+        tensors["src"], tensors.get("src_len"), max_len=max_len, sos_id=spec.sos_id, eos_id=spec.eos_id, pad_id=spec.pad_id
+    )
+    return {"tokens": tokens.numpy(), "attention": attention.numpy()}
 
 
 def loss_and_grads(model, name: str, batch: Mapping, teacher_forcing=None) -> tuple[float, dict]:
@@ -71,12 +84,11 @@ def loss_and_grads(model, name: str, batch: Mapping, teacher_forcing=None) -> tu
     An Embedding's gradient arrives as tf.IndexedSlices with one slice per token occurrence;
     `tf.convert_to_tensor` sums the repeats into the dense gradient torch reports.
     """
-    spec = catalogue.get(name)
-    catalogue.check_teacher_forcing(spec, teacher_forcing)
-    tensors = _tensors(model, check_batch(spec, model.rosetta_config, batch, with_targets=True))
+    spec, arrays, schedule = prepare(name, model.rosetta_config, batch, teacher_forcing, with_targets=True)
+    tensors = _tensors(model, arrays)
     variables = [var for _, _, found in leaves(model) for var in found.values()]
     with tf.GradientTape() as tape:
-        loss = _loss(spec, _outputs(model, spec, tensors), tensors)
+        loss = _loss(spec, _outputs(model, spec, tensors, schedule), tensors)
     by_variable = dict(zip(map(id, variables), tape.gradient(loss, variables), strict=True))
     return float(loss), get_grads(model, lambda variable: _dense(by_variable[id(variable)], variable))
 

@@ -13,9 +13,15 @@ import keras
 import numpy as np
 
 from shared.canonical import RULES, LeafRule, check_weights, join_key
-from tf_impl.layers import TorchRNNCell
+from tf_impl.layers import TorchLSTM, TorchLSTMCell, TorchRNNCell
 
-_CELL_KINDS = {keras.layers.GRUCell: "gru", TorchRNNCell: "rnn"}
+_CELL_KINDS = {
+    keras.layers.GRUCell: "gru",
+    TorchRNNCell: "rnn",
+    TorchLSTMCell: "lstm",
+    keras.layers.SimpleRNNCell: "rnn_summed",  # stock cells: one bias, forward-equal only
+    keras.layers.LSTMCell: "lstm_summed",
+}
 
 
 def _cell_variables(cell, suffix: str) -> dict:
@@ -29,6 +35,8 @@ def _recurrent_kind(cell) -> str:
         raise ValueError(f"no canonical rule for recurrent cell {type(cell).__name__}")
     if kind == "gru" and not (cell.reset_after and cell.recurrent_activation is keras.activations.sigmoid):
         raise ValueError(f"GRU cell {cell.name}: torch's GRU needs reset_after=True and a sigmoid recurrent activation")
+    if kind == "lstm_summed" and cell.recurrent_activation is not keras.activations.sigmoid:
+        raise ValueError(f"LSTM cell {cell.name}: torch's LSTM needs a sigmoid recurrent activation")
     return kind
 
 
@@ -45,6 +53,9 @@ def leaf(layer) -> tuple[str, dict] | None:
         return kind, {**fwd, **{f"{name}_reverse": var for name, var in bwd.items()}}
     if isinstance(layer, keras.layers.RNN):
         return _recurrent_kind(layer.cell), _cell_variables(layer.cell, "_l0")
+    if isinstance(layer, TorchLSTM):
+        cells = [rnn.cell for rnn in layer.stack]
+        return "lstm", {name: var for i, cell in enumerate(cells) for name, var in _cell_variables(cell, f"_l{i}").items()}
     return None
 
 

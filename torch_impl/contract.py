@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 from collections.abc import Mapping
 
@@ -10,10 +11,10 @@ import torch
 import torch.nn.functional as F
 
 from shared import catalogue
-from shared.validation import check_batch
+from shared.validation import check_max_len, prepare
 from torch_impl.weights import get_grads, get_weights, set_weights
 
-__all__ = ["build", "get_weights", "set_weights", "run", "loss_and_grads"]
+__all__ = ["build", "get_weights", "set_weights", "run", "loss_and_grads", "greedy"]
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
@@ -26,8 +27,8 @@ def build(name: str, dtype: str = "float32", **overrides) -> torch.nn.Module:
     """
     spec = catalogue.get(name)
     config = catalogue.resolve_config(spec, dtype, overrides)
-    model_class = getattr(importlib.import_module(f"torch_impl.{spec.module}"), spec.class_name)
-    model = model_class(**config).to(_DTYPES[dtype]).eval()
+    factory = getattr(importlib.import_module(f"torch_impl.{spec.module}"), spec.factory)
+    model = factory(**config).to(_DTYPES[dtype]).eval()
     model.rosetta_config = config
     return model
 
@@ -37,11 +38,12 @@ def _tensors(model: torch.nn.Module, arrays: Mapping[str, np.ndarray]) -> dict[s
     return {key: torch.as_tensor(a, dtype=dtype if a.dtype.kind == "f" else torch.long) for key, a in arrays.items()}
 
 
-def _outputs(model: torch.nn.Module, spec: catalogue.ModelSpec, tensors: dict) -> dict[str, torch.Tensor]:
+def _outputs(model: torch.nn.Module, spec: catalogue.ModelSpec, tensors: dict, schedule=None) -> dict[str, torch.Tensor]:
     if spec.interface == "attention":
         context, attention = model.attend(tensors["query"], tensors["values"])  # [B, T, De], [B, T, S]
         return {"context": context, "attention": attention}
-    logits, attention = model.decode(tensors["src"], tensors["tgt_in"])  # [B, T, V], [B, T, S]
+    extras = {"src_len": tensors.get("src_len"), "teacher_forcing": schedule} if spec.variable_length else {}
+    logits, attention = model.decode(tensors["src"], tensors["tgt_in"], **extras)  # [B, T, V], [B, T, S]
     return {"logits": logits} if attention is None else {"logits": logits, "attention": attention}
 
 
@@ -55,24 +57,40 @@ def _loss(spec: catalogue.ModelSpec, outputs: dict, tensors: dict) -> torch.Tens
 
 def run(model: torch.nn.Module, name: str, batch: Mapping, teacher_forcing=None) -> dict[str, np.ndarray]:
     """Inference outputs (eval mode, no grad) as numpy, batch-first: logits/context and attention."""
-    spec = catalogue.get(name)
-    catalogue.check_teacher_forcing(spec, teacher_forcing)
-    tensors = _tensors(model, check_batch(spec, model.rosetta_config, batch))
+    spec, arrays, schedule = prepare(name, model.rosetta_config, batch, teacher_forcing)
+    with torch.no_grad(), _eval_mode(model):
+        outputs = _outputs(model, spec, _tensors(model, arrays), schedule)
+    return {key: value.numpy() for key, value in outputs.items()}
+
+
+def greedy(model: torch.nn.Module, name: str, batch: Mapping, max_len: int = 50) -> dict[str, np.ndarray]:
+    """Greedy decoding from `batch["src"]` (and `src_len`): token ids `[B, L]`, attention `[B, L, S]`."""
+    spec, arrays, _ = prepare(name, model.rosetta_config, batch, with_tgt_in=False)
+    max_len = check_max_len(max_len)
+    if not spec.variable_length:
+        raise ValueError(f"model {name!r} has no greedy decoding (document {spec.document} gives none)")
+    tensors = _tensors(model, arrays)
+    with torch.no_grad(), _eval_mode(model):
+        tokens, attention = model.translate(
+            tensors["src"], tensors.get("src_len"), max_len=max_len, sos_id=spec.sos_id, eos_id=spec.eos_id, pad_id=spec.pad_id
+        )
+    return {"tokens": tokens.numpy(), "attention": attention.numpy()}
+
+
+@contextlib.contextmanager
+def _eval_mode(model: torch.nn.Module):
     was_training = model.training
     try:
-        with torch.no_grad():
-            outputs = _outputs(model.eval(), spec, tensors)
+        yield model.eval()
     finally:
         model.train(was_training)
-    return {key: value.numpy() for key, value in outputs.items()}
 
 
 def loss_and_grads(model: torch.nn.Module, name: str, batch: Mapping, teacher_forcing=None) -> tuple[float, dict]:
     """The loss of `batch` and its gradient w.r.t. every canonical weight (in the model's current mode)."""
-    spec = catalogue.get(name)
-    catalogue.check_teacher_forcing(spec, teacher_forcing)
-    tensors = _tensors(model, check_batch(spec, model.rosetta_config, batch, with_targets=True))
+    spec, arrays, schedule = prepare(name, model.rosetta_config, batch, teacher_forcing, with_targets=True)
+    tensors = _tensors(model, arrays)
     model.zero_grad(set_to_none=True)
-    loss = _loss(spec, _outputs(model, spec, tensors), tensors)
+    loss = _loss(spec, _outputs(model, spec, tensors, schedule), tensors)
     loss.backward()
     return float(loss.detach()), get_grads(model)

@@ -1,0 +1,117 @@
+"""Document 002 (seq2seq with attention on Multi30k, after Ben Trevett's tutorial) in Keras: `Encoder`,
+`Attention`, `Decoder`, `Seq2Seq`, mirroring torch_impl/bahdanau_bigru.py.
+
+Legend: B batch, S source length, T target length, E embed_dim, He encoder_hidden_size,
+Hd decoder_hidden_size, V vocabulary. Batch-first inside; `Seq2Seq.call` keeps the document's
+time-major signature. Listing defects fixed where they sit (each marked "fix:").
+"""
+
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+from tf_impl.layers import torch_gru
+from tf_impl.seq2seq import Seq2SeqBase, masked_softmax, run_rnn, schedule_generator, source_mask
+
+
+class Encoder(keras.layers.Layer):
+    """Document 002, `Encoder`: embedding, dropout, bidirectional GRU, `fc` from both final states to Hd, tanh."""
+
+    def __init__(
+        self, vocab_size: int, embed_dim: int, encoder_hidden_size: int, decoder_hidden_size: int, dropout: float, **kwargs
+    ):
+        super().__init__(**kwargs)
+        dtype = self.dtype_policy
+        self.dropout = keras.layers.Dropout(dropout, name="dropout", dtype=dtype)
+        self.embed = keras.layers.Embedding(vocab_size, embed_dim, name="embed", dtype=dtype)
+        self.gru = keras.layers.Bidirectional(torch_gru(encoder_hidden_size, "gru", dtype), name="gru", dtype=dtype)
+        self.fc = keras.layers.Dense(decoder_hidden_size, name="fc", dtype=dtype)
+
+    def call(self, x, lengths=None):
+        """`x (B, S)` -> outputs `(B, S, 2He)` (zero at pads), hidden `(B, Hd)`."""
+        embedding = self.dropout(self.embed(x))  # [B, S, E]
+        outputs, forward_state, backward_state = run_rnn(self.gru, embedding, lengths)  # [B, S, 2He], [B, He] x 2
+        # torch's hidden[-1] is the backward pass's final state, at time 0: Keras's backward_state, not outputs[:, -1]
+        concat_hidden = ops.concatenate((backward_state, forward_state), axis=1)  # [B, 2He]
+        return outputs, ops.tanh(self.fc(concat_hidden))  # [B, Hd]
+
+
+class Attention(keras.layers.Layer):
+    """Document 002, `Attention`: `fc2(tanh(fc1([s; h_i])))`, softmax over the source."""
+
+    def __init__(self, encoder_hidden_size: int, decoder_hidden_size: int, **kwargs):
+        super().__init__(**kwargs)
+        self.fc1 = keras.layers.Dense(decoder_hidden_size, name="fc1", dtype=self.dtype_policy)
+        self.fc2 = keras.layers.Dense(1, name="fc2", dtype=self.dtype_policy)
+
+    def call(self, hidden, encoder_outputs, mask=None):
+        """`hidden (B, Hd)`, `encoder_outputs (B, S, 2He)` -> weighted `(B, 2He)`, attention `(B, S)`."""
+        seq_len = encoder_outputs.shape[1]
+        hidden = ops.repeat(ops.expand_dims(hidden, 1), seq_len, axis=1)  # [B, S, Hd]
+        concat = ops.concatenate((hidden, encoder_outputs), axis=2)  # [B, S, Hd + 2He]
+        energy = ops.tanh(self.fc1(concat))  # [B, S, Hd]
+        attention = masked_softmax(ops.squeeze(self.fc2(energy), 2), mask)  # [B, S]
+        weighted = ops.squeeze(ops.matmul(ops.expand_dims(attention, 1), encoder_outputs), 1)  # [B, 2He]
+        return weighted, attention
+
+
+class Decoder(keras.layers.Layer):
+    """Document 002, `Decoder`: GRU over [embedding; weighted], `fc` over [output; weighted; embedding]."""
+
+    def __init__(
+        self, vocab_size: int, embed_dim: int, encoder_hidden_size: int, decoder_hidden_size: int, dropout: float, **kwargs
+    ):
+        super().__init__(**kwargs)
+        dtype = self.dtype_policy
+        self.vocab_size = vocab_size
+        self.dropout = keras.layers.Dropout(dropout, name="dropout", dtype=dtype)
+        self.embedding = keras.layers.Embedding(vocab_size, embed_dim, name="embedding", dtype=dtype)
+        self.gru = torch_gru(decoder_hidden_size, "gru", dtype)
+        self.attention = Attention(encoder_hidden_size, decoder_hidden_size, name="attention", dtype=dtype)
+        self.fc = keras.layers.Dense(vocab_size, name="fc", dtype=dtype)
+
+    def call(self, x, hidden, encoder_outputs, mask=None):
+        """The document's signature: -> prediction `(B, V)`, hidden `(B, Hd)`."""
+        return self.step(x, hidden, encoder_outputs, mask)[:2]
+
+    def step(self, x, hidden, encoder_outputs, mask=None):
+        """`x (B,)`, `hidden (B, Hd)` -> prediction `(B, V)`, hidden `(B, Hd)`, attention `(B, S)`."""
+        embedding = self.dropout(self.embedding(x))  # [B, E]
+        weighted, attention = self.attention(hidden, encoder_outputs, mask)  # [B, 2He], [B, S]
+        weighted_concat = ops.expand_dims(ops.concatenate((embedding, weighted), axis=1), 1)  # [B, 1, E + 2He]
+        output, hidden = self.gru(weighted_concat, initial_state=hidden)  # [B, 1, Hd], [B, Hd]
+        output = ops.squeeze(output, 1)  # [B, Hd]
+        fc_in = ops.concatenate((output, weighted, embedding), axis=1)  # [B, Hd + 2He + E]
+        return self.fc(fc_in), hidden, attention
+
+
+class Seq2Seq(Seq2SeqBase):
+    """Document 002, `Seq2Seq(encoder, decoder, device)` with teacher forcing from a shared schedule."""
+
+    def __init__(self, encoder: Encoder, decoder: Decoder, device=None, seed: int = 0, **kwargs):
+        super().__init__(**kwargs)
+        self.encoder = encoder
+        self.decoder = decoder
+        self.device = device
+        self.schedule_rng = schedule_generator(seed)
+
+    def call(self, source, target, teacher_force_ratio: float = 0.5):
+        """The document's signature: `source (S, B)`, `target (T, B)` -> outputs `(T, B, V)` (row 0 zero)."""
+        return self.time_major_forward(source, target, teacher_force_ratio)
+
+    def encode(self, src, src_len=None):
+        encoder_outputs, hidden = self.encoder(src, src_len)  # [B, S, 2He], [B, Hd]
+        return (encoder_outputs, source_mask(src_len, src.shape[1])), hidden
+
+    def step(self, x, hidden, memory):
+        encoder_outputs, mask = memory
+        return self.decoder.step(x, hidden, encoder_outputs, mask)
+
+
+def build_model(src_vocab_size: int, tgt_vocab_size: int, embed_dim: int, encoder_hidden_size: int,
+                decoder_hidden_size: int, dropout: float, dtype=None) -> Seq2Seq:  # fmt: skip
+    """The catalogue's `bahdanau_bigru`: `Seq2Seq(Encoder(...), Decoder(...))` as the document wires it."""
+    encoder = Encoder(src_vocab_size, embed_dim, encoder_hidden_size, decoder_hidden_size, dropout, name="encoder", dtype=dtype)
+    decoder = Decoder(tgt_vocab_size, embed_dim, encoder_hidden_size, decoder_hidden_size, dropout, name="decoder", dtype=dtype)
+    return Seq2Seq(encoder, decoder, dtype=dtype)

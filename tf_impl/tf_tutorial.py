@@ -1,0 +1,122 @@
+"""Document 004 (attention survey quoting TensorFlow's NMT-with-attention tutorial): `BahdanauAttention`,
+`Encoder`, `Decoder` as the Keras listing writes them, and `Seq2Seq`, the tutorial's train/translate
+loop as a model; mirrored by torch_impl/tf_tutorial.py.
+
+Legend: B batch, S source length, E embedding_dim, H units (enc_units = dec_units), V vocabulary.
+"""
+
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+from tf_impl.seq2seq import Seq2SeqBase, masked_softmax, run_rnn, schedule_generator, source_mask
+
+
+class BahdanauAttention(keras.layers.Layer):
+    """Document 004, `BahdanauAttention(units)`: `score = V(tanh(W1(values) + W2(query)))`, softmax on axis 1.
+
+    `query_dim` and `values_dim` mirror the torch class (which needs input sizes); Keras infers them.
+    """
+
+    def __init__(self, units: int, query_dim: int | None = None, values_dim: int | None = None, **kwargs):
+        super().__init__(**kwargs)
+        self.W1 = keras.layers.Dense(units, name="W1", dtype=self.dtype_policy)
+        self.W2 = keras.layers.Dense(units, name="W2", dtype=self.dtype_policy)
+        self.V = keras.layers.Dense(1, name="V", dtype=self.dtype_policy)
+
+    def call(self, query, values, mask=None):
+        """`query (B, H)`, `values (B, S, H)` -> context `(B, H)`, attention_weights `(B, S, 1)`."""
+        hidden_with_time_axis = ops.expand_dims(query, 1)  # [B, 1, H]
+        score = self.V(ops.tanh(self.W1(values) + self.W2(hidden_with_time_axis)))  # [B, S, 1]
+        attention_weights = ops.expand_dims(masked_softmax(ops.squeeze(score, 2), mask), 2)  # [B, S, 1]
+        context_vector = ops.sum(attention_weights * values, axis=1)  # [B, H]
+        return context_vector, attention_weights
+
+
+def _gru(units: int, dtype) -> keras.layers.GRU:
+    """The tutorial's GRU; Keras 3's defaults (reset_after=True, sigmoid gates) are torch's GRU."""
+    return keras.layers.GRU(
+        units, return_sequences=True, return_state=True, recurrent_initializer="glorot_uniform", name="gru", dtype=dtype
+    )
+
+
+class Encoder(keras.layers.Layer):
+    """Document 004, `Encoder(vocab_size, embedding_dim, enc_units, batch_sz)`: embedding and GRU."""
+
+    def __init__(self, vocab_size: int, embedding_dim: int, enc_units: int, batch_sz: int, **kwargs):
+        super().__init__(**kwargs)
+        self.batch_sz = batch_sz
+        self.enc_units = enc_units
+        self.embedding = keras.layers.Embedding(vocab_size, embedding_dim, name="embedding", dtype=self.dtype_policy)
+        self.gru = _gru(enc_units, self.dtype_policy)
+
+    def call(self, x, hidden, lengths=None):
+        """`x (B, S)`, `hidden (B, H)` -> output `(B, S, H)`, state `(B, H)`."""
+        x = self.embedding(x)  # [B, S, E]
+        output, state = run_rnn(self.gru, x, lengths, hidden)  # [B, S, H], [B, H]
+        return output, state
+
+    def initialize_hidden_state(self, batch_size: int | None = None):
+        """Zeros `(batch_sz, enc_units)` (or `(batch_size, ...)` for a batch of another size)."""
+        return ops.zeros((batch_size or self.batch_sz, self.enc_units), dtype=self.compute_dtype)
+
+
+class Decoder(keras.layers.Layer):
+    """Document 004, `Decoder(vocab_size, embedding_dim, dec_units, batch_sz)`: attention, embedding, GRU, fc.
+
+    The listing calls `self.gru(x)` without `initial_state`: the GRU restarts from zeros at every step
+    and the previous state reaches it only as the attention query. That is kept as the default;
+    `feed_state=True` passes the previous state as the paper intends.
+    """
+
+    def __init__(self, vocab_size: int, embedding_dim: int, dec_units: int, batch_sz: int, feed_state: bool = False, **kwargs):
+        super().__init__(**kwargs)
+        self.batch_sz = batch_sz
+        self.dec_units = dec_units
+        self.feed_state = feed_state
+        self.embedding = keras.layers.Embedding(vocab_size, embedding_dim, name="embedding", dtype=self.dtype_policy)
+        self.gru = _gru(dec_units, self.dtype_policy)
+        self.fc = keras.layers.Dense(vocab_size, name="fc", dtype=self.dtype_policy)
+        self.attention = BahdanauAttention(self.dec_units, name="attention", dtype=self.dtype_policy)
+
+    def call(self, x, hidden, enc_output, mask=None):
+        """`x (B, 1)`, `hidden (B, H)`, `enc_output (B, S, H)` -> logits `(B, V)`, state `(B, H)`, weights `(B, S, 1)`."""
+        context_vector, attention_weights = self.attention(hidden, enc_output, mask)  # [B, H], [B, S, 1]
+        x = self.embedding(x)  # [B, 1, E]
+        x = ops.concatenate([ops.expand_dims(context_vector, 1), x], axis=-1)  # [B, 1, H + E]
+        output, state = self.gru(x, initial_state=hidden if self.feed_state else None)  # [B, 1, H], [B, H]
+        output = ops.reshape(output, (-1, output.shape[2]))  # [B, H]
+        return self.fc(output), state, attention_weights
+
+
+class Seq2Seq(Seq2SeqBase):
+    """The tutorial's loop around `Encoder` and `Decoder` (its `train_step` and `evaluate`), as a model."""
+
+    def __init__(self, encoder: Encoder, decoder: Decoder, seed: int = 0, **kwargs):
+        super().__init__(**kwargs)
+        self.encoder = encoder
+        self.decoder = decoder
+        self.schedule_rng = schedule_generator(seed)
+
+    def call(self, inp, targ):
+        """The tutorial's `train_step` forward: `inp (B, S)`, `targ (B, T)` -> logits `(B, T - 1, V)`."""
+        return self.decode(inp, targ[:, :-1])[0]
+
+    def encode(self, src, src_len=None):
+        enc_hidden = self.encoder.initialize_hidden_state(src.shape[0])  # [B, H]
+        enc_output, enc_hidden = self.encoder(src, enc_hidden, src_len)  # [B, S, H], [B, H]
+        return (enc_output, source_mask(src_len, src.shape[1])), enc_hidden
+
+    def step(self, x, hidden, memory):
+        enc_output, mask = memory
+        logits, state, attention_weights = self.decoder(ops.expand_dims(x, 1), hidden, enc_output, mask)
+        return logits, state, ops.squeeze(attention_weights, 2)  # [B, V], [B, H], [B, S]
+
+
+def build_model(vocab_inp_size: int, vocab_tar_size: int, embedding_dim: int, units: int, batch_sz: int,
+                feed_state: bool, dtype=None) -> Seq2Seq:  # fmt: skip
+    """The catalogue's `tf_tutorial`: the tutorial's `Encoder` and `Decoder` joined by `Seq2Seq`."""
+    encoder = Encoder(vocab_inp_size, embedding_dim, units, batch_sz, name="encoder", dtype=dtype)
+    decoder = Decoder(vocab_tar_size, embedding_dim, units, batch_sz, feed_state, name="decoder", dtype=dtype)
+    return Seq2Seq(encoder, decoder, dtype=dtype)

@@ -1,0 +1,110 @@
+"""Document 002 (seq2seq with attention on Multi30k, after Ben Trevett's tutorial): `Encoder`,
+`Attention`, `Decoder`, `Seq2Seq`.
+
+Legend: B batch, S source length, T target length, E embed_dim, He encoder_hidden_size,
+Hd decoder_hidden_size, V vocabulary. Batch-first inside; `Seq2Seq.forward` keeps the document's
+time-major signature. Listing defects fixed where they sit (each marked "fix:").
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from torch_impl.seq2seq import Seq2SeqBase, masked_softmax, run_rnn, schedule_generator, source_mask
+
+
+class Encoder(nn.Module):
+    """Document 002, `Encoder`: embedding, dropout, bidirectional GRU, `fc` from both final states to Hd, tanh."""
+
+    def __init__(self, vocab_size: int, embed_dim: int, encoder_hidden_size: int, decoder_hidden_size: int, dropout: float):
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+        self.embed = nn.Embedding(vocab_size, embed_dim)
+        self.gru = nn.GRU(embed_dim, encoder_hidden_size, bidirectional=True, batch_first=True)
+        self.fc = nn.Linear(encoder_hidden_size * 2, decoder_hidden_size)
+
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None):
+        """`x [B, S]` -> outputs `[B, S, 2He]` (zero at pads), hidden `[B, Hd]`."""
+        embedding = self.dropout(self.embed(x))  # [B, S, E]
+        outputs, hidden = run_rnn(self.gru, embedding, lengths)  # [B, S, 2He], [2, B, He]
+        # hidden[-1] is the backward pass's final state, i.e. at time 0, not at the end (outputs[:, -1])
+        concat_hidden = torch.cat((hidden[-1], hidden[-2]), dim=1)  # fix: torch.cat lost its first argument
+        return outputs, torch.tanh(self.fc(concat_hidden))  # [B, 2He], -> [B, Hd]
+
+
+class Attention(nn.Module):
+    """Document 002, `Attention`: `fc2(tanh(fc1([s; h_i])))`, softmax over the source."""
+
+    def __init__(self, encoder_hidden_size: int, decoder_hidden_size: int):
+        super().__init__()
+        self.fc1 = nn.Linear(encoder_hidden_size * 2 + decoder_hidden_size, decoder_hidden_size)
+        self.fc2 = nn.Linear(decoder_hidden_size, 1)
+
+    def forward(self, hidden: torch.Tensor, encoder_outputs: torch.Tensor, mask: torch.Tensor | None = None):
+        """`hidden [B, Hd]`, `encoder_outputs [B, S, 2He]` -> weighted `[B, 2He]`, attention `[B, S]`."""
+        seq_len = encoder_outputs.shape[1]
+        hidden = hidden.unsqueeze(1).repeat(1, seq_len, 1)  # [B, S, Hd]
+        concat = torch.cat((hidden, encoder_outputs), dim=2)  # fix: first argument restored; [B, S, Hd + 2He]
+        energy = torch.tanh(self.fc1(concat))  # [B, S, Hd]
+        attention = masked_softmax(self.fc2(energy).squeeze(2), mask)  # [B, S]
+        weighted = torch.bmm(attention.unsqueeze(1), encoder_outputs).squeeze(1)  # [B, 1, S] @ [B, S, 2He] -> [B, 2He]
+        return weighted, attention  # fix: the listing's weighted.permute(1, 0, 2) result was never assigned
+
+
+class Decoder(nn.Module):
+    """Document 002, `Decoder`: GRU over [embedding; weighted], `fc` over [output; weighted; embedding]."""
+
+    def __init__(self, vocab_size: int, embed_dim: int, encoder_hidden_size: int, decoder_hidden_size: int, dropout: float):
+        super().__init__()
+        self.vocab_size = vocab_size
+        self.dropout = nn.Dropout(dropout)  # fix: the listing's `droppout`
+        self.embedding = nn.Embedding(vocab_size, embed_dim)
+        self.gru = nn.GRU(encoder_hidden_size * 2 + embed_dim, decoder_hidden_size, batch_first=True)
+        self.attention = Attention(encoder_hidden_size, decoder_hidden_size)
+        self.fc = nn.Linear(encoder_hidden_size * 2 + decoder_hidden_size + embed_dim, vocab_size)
+
+    def forward(self, x, hidden, encoder_outputs, mask=None):
+        """The document's signature: -> prediction `[B, V]`, hidden `[B, Hd]`."""
+        return self.step(x, hidden, encoder_outputs, mask)[:2]
+
+    def step(self, x: torch.Tensor, hidden: torch.Tensor, encoder_outputs: torch.Tensor, mask=None):
+        """`x [B]`, `hidden [B, Hd]` -> prediction `[B, V]`, hidden `[B, Hd]`, attention `[B, S]`."""
+        embedding = self.dropout(self.embedding(x))  # [B, E]
+        weighted, attention = self.attention(hidden, encoder_outputs, mask)  # [B, 2He], [B, S]
+        weighted_concat = torch.cat((embedding, weighted), dim=1).unsqueeze(1)  # fix: first argument; [B, 1, E + 2He]
+        output, hidden = self.gru(weighted_concat, hidden.unsqueeze(0))  # [B, 1, Hd], [1, B, Hd]
+        output, hidden = output.squeeze(1), hidden.squeeze(0)  # [B, Hd], [B, Hd]
+        fc_in = torch.cat((output, weighted, embedding), dim=1)  # fix: first argument; [B, Hd + 2He + E]
+        return self.fc(fc_in), hidden, attention  # fix: the listing returned an undefined `predictions`
+
+
+class Seq2Seq(Seq2SeqBase):
+    """Document 002, `Seq2Seq(encoder, decoder, device)` with teacher forcing from a shared schedule."""
+
+    def __init__(self, encoder: Encoder, decoder: Decoder, device=None, seed: int = 0):
+        super().__init__()
+        self.encoder = encoder
+        self.decoder = decoder
+        self.device = device
+        self.schedule_rng = schedule_generator(seed)
+
+    def forward(self, source, target, teacher_force_ratio: float = 0.5):
+        """The document's signature: `source [S, B]`, `target [T, B]` -> outputs `[T, B, V]` (row 0 zero)."""
+        return self.time_major_forward(source, target, teacher_force_ratio)
+
+    def encode(self, src, src_len=None):
+        encoder_outputs, hidden = self.encoder(src, src_len)  # [B, S, 2He], [B, Hd]
+        return (encoder_outputs, source_mask(src_len, src.shape[1])), hidden
+
+    def step(self, x, hidden, memory):
+        encoder_outputs, mask = memory
+        return self.decoder.step(x, hidden, encoder_outputs, mask)
+
+
+def build_model(src_vocab_size: int, tgt_vocab_size: int, embed_dim: int, encoder_hidden_size: int,
+                decoder_hidden_size: int, dropout: float) -> Seq2Seq:  # fmt: skip
+    """The catalogue's `bahdanau_bigru`: `Seq2Seq(Encoder(...), Decoder(...))` as the document wires it."""
+    encoder = Encoder(src_vocab_size, embed_dim, encoder_hidden_size, decoder_hidden_size, dropout)
+    decoder = Decoder(tgt_vocab_size, embed_dim, encoder_hidden_size, decoder_hidden_size, dropout)
+    return Seq2Seq(encoder, decoder)

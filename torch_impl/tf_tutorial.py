@@ -1,0 +1,128 @@
+"""Document 004 (attention survey quoting TensorFlow's NMT-with-attention tutorial): `BahdanauAttention`,
+`Encoder`, `Decoder` — the Keras listing's classes in PyTorch — and `Seq2Seq`, the tutorial's
+train/translate loop as a module.
+
+Legend: B batch, S source length, E embedding_dim, H units (enc_units = dec_units), V vocabulary.
+Batch-first, as the tutorial. Keras infers input sizes; torch needs them, so `BahdanauAttention` takes
+`query_dim` and `values_dim` (default: `units`, as the tutorial's equal sizes give).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from torch_impl.seq2seq import Seq2SeqBase, masked_softmax, run_rnn, schedule_generator, source_mask
+
+
+class BahdanauAttention(nn.Module):
+    """Document 004, `BahdanauAttention(units)`: `score = V(tanh(W1(values) + W2(query)))`, softmax on axis 1."""
+
+    def __init__(self, units: int, query_dim: int | None = None, values_dim: int | None = None):
+        super().__init__()
+        self.W1 = nn.Linear(values_dim or units, units)
+        self.W2 = nn.Linear(query_dim or units, units)
+        self.V = nn.Linear(units, 1)
+
+    def forward(self, query: torch.Tensor, values: torch.Tensor, mask=None):
+        """`query [B, H]`, `values [B, S, H]` -> context `[B, H]`, attention_weights `[B, S, 1]`."""
+        hidden_with_time_axis = query.unsqueeze(1)  # [B, 1, H]
+        score = self.V(torch.tanh(self.W1(values) + self.W2(hidden_with_time_axis)))  # [B, S, 1]
+        attention_weights = masked_softmax(score.squeeze(2), mask).unsqueeze(2)  # [B, S, 1]
+        context_vector = torch.sum(attention_weights * values, dim=1)  # [B, H]
+        return context_vector, attention_weights
+
+
+class Encoder(nn.Module):
+    """Document 004, `Encoder(vocab_size, embedding_dim, enc_units, batch_sz)`: embedding and GRU."""
+
+    def __init__(self, vocab_size: int, embedding_dim: int, enc_units: int, batch_sz: int):
+        super().__init__()
+        self.batch_sz = batch_sz
+        self.enc_units = enc_units
+        self.embedding = nn.Embedding(vocab_size, embedding_dim)
+        self.gru = nn.GRU(embedding_dim, enc_units, batch_first=True)
+
+    def forward(self, x: torch.Tensor, hidden: torch.Tensor, lengths: torch.Tensor | None = None):
+        """`x [B, S]`, `hidden [B, H]` -> output `[B, S, H]`, state `[B, H]`."""
+        x = self.embedding(x)  # [B, S, E]
+        output, state = run_rnn(self.gru, x, lengths, hidden.unsqueeze(0))  # [B, S, H], [1, B, H]
+        return output, state.squeeze(0)
+
+    def initialize_hidden_state(self, batch_size: int | None = None) -> torch.Tensor:
+        """Zeros `[batch_sz, enc_units]` (or `[batch_size, ...]` for a batch of another size)."""
+        weight = self.gru.weight_hh_l0
+        return torch.zeros(batch_size or self.batch_sz, self.enc_units, dtype=weight.dtype, device=weight.device)
+
+
+class Decoder(nn.Module):
+    """Document 004, `Decoder(vocab_size, embedding_dim, dec_units, batch_sz)`: attention, embedding, GRU, fc.
+
+    The listing calls `self.gru(x)` without `initial_state`: the GRU restarts from zeros at every step
+    and the previous state reaches it only as the attention query. That is kept as the default;
+    `feed_state=True` passes the previous state as the paper intends.
+    """
+
+    def __init__(self, vocab_size: int, embedding_dim: int, dec_units: int, batch_sz: int, feed_state: bool = False):
+        super().__init__()
+        self.batch_sz = batch_sz
+        self.dec_units = dec_units
+        self.feed_state = feed_state
+        self.embedding = nn.Embedding(vocab_size, embedding_dim)
+        self.gru = nn.GRU(embedding_dim + dec_units, dec_units, batch_first=True)  # input: [context; embedding]
+        self.fc = nn.Linear(dec_units, vocab_size)
+        self.attention = BahdanauAttention(self.dec_units)
+
+    def forward(self, x: torch.Tensor, hidden: torch.Tensor, enc_output: torch.Tensor, mask=None):
+        """`x [B, 1]`, `hidden [B, H]`, `enc_output [B, S, H]` -> logits `[B, V]`, state `[B, H]`, weights `[B, S, 1]`."""
+        context_vector, attention_weights = self.attention(hidden, enc_output, mask)  # [B, H], [B, S, 1]
+        x = self.embedding(x)  # [B, 1, E]
+        x = torch.cat([context_vector.unsqueeze(1), x], dim=-1)  # [B, 1, H + E]
+        output, state = self.gru(x, hidden.unsqueeze(0) if self.feed_state else None)  # [B, 1, H], [1, B, H]
+        output = output.reshape(-1, output.shape[2])  # [B, H]
+        return self.fc(output), state.squeeze(0), attention_weights
+
+
+class Seq2Seq(Seq2SeqBase):
+    """The tutorial's loop around `Encoder` and `Decoder` (its `train_step` and `evaluate`), as a module."""
+
+    def __init__(self, encoder: Encoder, decoder: Decoder, seed: int = 0):
+        super().__init__()
+        self.encoder = encoder
+        self.decoder = decoder
+        self.schedule_rng = schedule_generator(seed)
+
+    def forward(self, inp: torch.Tensor, targ: torch.Tensor) -> torch.Tensor:
+        """The tutorial's `train_step` forward: `inp [B, S]`, `targ [B, T]` -> logits `[B, T - 1, V]`."""
+        return self.decode(inp, targ[:, :-1])[0]
+
+    def encode(self, src, src_len=None):
+        enc_hidden = self.encoder.initialize_hidden_state(src.shape[0])  # [B, H]
+        enc_output, enc_hidden = self.encoder(src, enc_hidden, src_len)  # [B, S, H], [B, H]
+        return (enc_output, source_mask(src_len, src.shape[1])), enc_hidden
+
+    def step(self, x, hidden, memory):
+        enc_output, mask = memory
+        logits, state, attention_weights = self.decoder(x.unsqueeze(1), hidden, enc_output, mask)
+        return logits, state, attention_weights.squeeze(2)  # [B, V], [B, H], [B, S]
+
+
+def keras_initializers(model: nn.Module) -> nn.Module:
+    """Keras's defaults, so a torch model starts from the tutorial's distributions: glorot-uniform kernels
+    (the tutorial's `recurrent_initializer='glorot_uniform'` too), zero biases, U(-0.05, 0.05) embeddings."""
+    for name, param in model.named_parameters():
+        if "embedding" in name:
+            nn.init.uniform_(param, -0.05, 0.05)
+        elif "bias" in name:
+            nn.init.zeros_(param)
+        else:
+            nn.init.xavier_uniform_(param)
+    return model
+
+
+def build_model(vocab_inp_size: int, vocab_tar_size: int, embedding_dim: int, units: int, batch_sz: int,
+                feed_state: bool) -> Seq2Seq:  # fmt: skip
+    """The catalogue's `tf_tutorial`: the tutorial's `Encoder` and `Decoder` joined by `Seq2Seq`."""
+    encoder = Encoder(vocab_inp_size, embedding_dim, units, batch_sz)
+    decoder = Decoder(vocab_tar_size, embedding_dim, units, batch_sz, feed_state)
+    return keras_initializers(Seq2Seq(encoder, decoder))
