@@ -7,6 +7,7 @@ import importlib
 import sys
 
 from shared import catalogue
+from shared.atomic import write_atomic
 
 
 def _models(args) -> int:
@@ -36,7 +37,7 @@ def _equality(args) -> int:
 
     import torch  # noqa: F401  (torch before tensorflow in one process)
 
-    from shared import equality, safetensors_io
+    from shared import equality
 
     stacks = [importlib.import_module(module) for module in ("torch_impl", "tf_impl")]
     rows, failures = {}, []
@@ -52,8 +53,20 @@ def _equality(args) -> int:
     print(text, end="")
     if args.output:
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-        safetensors_io.write_atomic(args.output, text.encode())
+        write_atomic(args.output, text.encode())
+    if args.readme and not failures:
+        _replace_block(Path(args.readme), "equality", "\n".join(equality.maxima_table(rows)))
     return 1 if failures else 0
+
+
+def _replace_block(path, block: str, text: str) -> None:
+    """Replace what stands between `<!-- <block>:start -->` and `<!-- <block>:end -->` in `path`."""
+    start, end = f"<!-- {block}:start -->", f"<!-- {block}:end -->"
+    page = path.read_text()
+    if start not in page or end not in page:
+        raise ValueError(f"{path} has no {start} ... {end} block to fill")
+    head, rest = page.split(start, 1)
+    write_atomic(path, f"{head}{start}\n{text}\n{end}{rest.split(end, 1)[1]}".encode())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -67,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     equality = commands.add_parser("equality", help="measure max |torch - tf| of every built model (needs both stacks)")
     equality.add_argument("models", nargs="*", help="catalogue names (default: every built model)")
     equality.add_argument("--output", help="also write the markdown table to this file")
+    equality.add_argument("--readme", help="also fill the table into this README's results block")
     equality.set_defaults(func=_equality)
     args = parser.parse_args(argv)
     try:

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from shared import safetensors_io
+from shared.atomic import write_atomic
 from shared.catalogue import ModelSpec, get
 
 GOLDEN_DIR = Path(__file__).with_name("golden")
@@ -137,5 +138,5 @@ def write_goldens(stack, names: list[str], check: bool = False) -> list[str]:
         if not path.is_file() or path.read_bytes() != blob:
             changed.append(name)
             if not check:
-                safetensors_io.write_atomic(path, blob)
+                write_atomic(path, blob)
     return changed

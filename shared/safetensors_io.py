@@ -10,10 +10,11 @@ from __future__ import annotations
 import json
 import os
 import struct
-import tempfile
 from pathlib import Path
 
 import numpy as np
+
+from shared.atomic import write_atomic
 
 _DTYPES = {
     "F64": np.dtype("<f8"),
@@ -77,20 +78,6 @@ def loads(blob: bytes, source: str = "<bytes>") -> tuple[dict[str, np.ndarray], 
 def save(path: str | os.PathLike, tensors: dict[str, np.ndarray], metadata: dict[str, str] | None = None) -> None:
     """Write `tensors` and `metadata` to `path` atomically."""
     write_atomic(path, dumps(tensors, metadata))
-
-
-def write_atomic(path: str | os.PathLike, blob: bytes) -> None:
-    """Write a temporary file in the same folder and rename it over `path`: never a partial file."""
-    path = Path(path)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "wb") as stream:
-            stream.write(blob)
-        os.chmod(temporary, 0o644)  # mkstemp makes 0600; a data file is world-readable
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
 
 
 def load(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict[str, str]]:
