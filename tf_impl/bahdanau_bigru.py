@@ -12,7 +12,7 @@ import keras
 from keras import ops
 
 from tf_impl.layers import torch_gru
-from tf_impl.seq2seq import Seq2SeqBase, masked_softmax, run_rnn, schedule_generator, source_mask
+from tf_impl.seq2seq import Seq2SeqBase, masked_softmax, run_rnn
 
 
 class Encoder(keras.layers.Layer):
@@ -90,19 +90,12 @@ class Seq2Seq(Seq2SeqBase):
     """Document 002, `Seq2Seq(encoder, decoder, device)` with teacher forcing from a shared schedule."""
 
     def __init__(self, encoder: Encoder, decoder: Decoder, device=None, seed: int = 0, **kwargs):
-        super().__init__(**kwargs)
-        self.encoder = encoder
-        self.decoder = decoder
-        self.device = device
-        self.schedule_rng = schedule_generator(seed)
+        super().__init__(encoder, decoder, seed, **kwargs)
+        self.device = device  # the document's argument; placement follows the weights
 
     def call(self, source, target, teacher_force_ratio: float = 0.5):
         """The document's signature: `source (S, B)`, `target (T, B)` -> outputs `(T, B, V)` (row 0 zero)."""
         return self.time_major_forward(source, target, teacher_force_ratio)
-
-    def encode(self, src, src_len=None):
-        encoder_outputs, hidden = self.encoder(src, src_len)  # [B, S, 2He], [B, Hd]
-        return (encoder_outputs, source_mask(src_len, src.shape[1])), hidden
 
     def step(self, x, hidden, memory):
         encoder_outputs, mask = memory

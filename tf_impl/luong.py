@@ -12,7 +12,7 @@ import keras
 from keras import ops
 
 from tf_impl.layers import TorchLSTM
-from tf_impl.seq2seq import Seq2SeqBase, masked_softmax, run_rnn, schedule_generator, source_mask
+from tf_impl.seq2seq import Seq2SeqBase, masked_softmax, run_rnn
 
 SCORE_FNS = ("dot", "general", "concat")
 UNIFORM = keras.initializers.RandomUniform(-0.1, 0.1)  # the document's init_weights
@@ -106,19 +106,9 @@ class Decoder(keras.layers.Layer):
 class Model(Seq2SeqBase):
     """Document 003, `Model(encoder, decoder)` with teacher forcing from a shared schedule."""
 
-    def __init__(self, encoder: Encoder, decoder: Decoder, seed: int = 0, **kwargs):
-        super().__init__(**kwargs)
-        self.encoder = encoder
-        self.decoder = decoder
-        self.schedule_rng = schedule_generator(seed)
-
     def call(self, src, trg, teacher_force_ratio: float = 0.5):
         """The document's signature: `src (S, B)`, `trg (T, B)` -> outs `(T, B, V)`, outs[0] zero."""
         return self.time_major_forward(src, trg, teacher_force_ratio)
-
-    def encode(self, src, src_len=None):
-        encoder_out, hidden = self.encoder(src, src_len)  # [B, S, H], (h, c)
-        return (encoder_out, source_mask(src_len, src.shape[1])), hidden
 
     def step(self, x, hidden, memory):
         encoder_out, mask = memory

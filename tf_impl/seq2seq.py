@@ -38,8 +38,23 @@ def run_rnn(rnn, inputs, lengths, hidden=None):
 
 
 class Seq2SeqBase(keras.Model):
-    """Decoding loops over a subclass's `encode(src, src_len) -> (memory, hidden)` and
-    `step(x, hidden, memory) -> (logits (B, V), hidden, attention (B, S))`."""
+    """An encoder and a decoder, and the decoding loops over `encode(src, src_len) -> (memory, hidden)`
+    and a subclass's `step(x, hidden, memory) -> (logits (B, V), hidden, attention (B, S))`.
+
+    Args:
+        seed: of the generator the documents' `teacher_force_ratio` coin flips are drawn from.
+    """
+
+    def __init__(self, encoder, decoder, seed: int = 0, **kwargs):
+        super().__init__(**kwargs)
+        self.encoder = encoder
+        self.decoder = decoder
+        self.schedule_rng = np.random.default_rng(seed)
+
+    def encode(self, src, src_len=None):
+        """Encoder outputs `(B, S, *)` with the padding mask `(B, S)` (the memory), and the decoder's first state."""
+        encoder_outputs, hidden = self.encoder(src, src_len)
+        return (encoder_outputs, source_mask(src_len, src.shape[1])), hidden
 
     def decode(self, src, tgt_in, src_len=None, teacher_forcing=None):
         """Logits `(B, T, V)` (step t predicts the token after `tgt_in[:, t]`) and attention `(B, T, S)`.
@@ -94,8 +109,3 @@ class Seq2SeqBase(keras.Model):
         schedule = self.draw_schedule(teacher_force_ratio, target.shape[0] - 2)
         logits, _ = self.decode(ops.transpose(source), ops.transpose(target[:-1]), teacher_forcing=schedule)
         return ops.transpose(ops.concatenate([ops.zeros_like(logits[:, :1]), logits], 1), (1, 0, 2))  # [T, B, V]
-
-
-def schedule_generator(seed: int = 0) -> np.random.Generator:
-    """The seeded generator a model draws its teacher-forcing coin flips from."""
-    return np.random.default_rng(seed)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from tf_impl.seq2seq import Seq2SeqBase, masked_softmax, run_rnn, schedule_generator, source_mask
+from tf_impl.seq2seq import Seq2SeqBase, masked_softmax, run_rnn, source_mask
 
 
 class BahdanauAttention(keras.layers.Layer):
@@ -92,12 +92,6 @@ class Decoder(keras.layers.Layer):
 
 class Seq2Seq(Seq2SeqBase):
     """The tutorial's loop around `Encoder` and `Decoder` (its `train_step` and `evaluate`), as a model."""
-
-    def __init__(self, encoder: Encoder, decoder: Decoder, seed: int = 0, **kwargs):
-        super().__init__(**kwargs)
-        self.encoder = encoder
-        self.decoder = decoder
-        self.schedule_rng = schedule_generator(seed)
 
     def call(self, inp, targ):
         """The tutorial's `train_step` forward: `inp (B, S)`, `targ (B, T)` -> logits `(B, T - 1, V)`."""

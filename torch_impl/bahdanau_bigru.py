@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from torch_impl.seq2seq import Seq2SeqBase, masked_softmax, run_rnn, schedule_generator, source_mask
+from torch_impl.seq2seq import Seq2SeqBase, masked_softmax, run_rnn
 
 
 class Encoder(nn.Module):
@@ -83,19 +83,12 @@ class Seq2Seq(Seq2SeqBase):
     """Document 002, `Seq2Seq(encoder, decoder, device)` with teacher forcing from a shared schedule."""
 
     def __init__(self, encoder: Encoder, decoder: Decoder, device=None, seed: int = 0):
-        super().__init__()
-        self.encoder = encoder
-        self.decoder = decoder
-        self.device = device
-        self.schedule_rng = schedule_generator(seed)
+        super().__init__(encoder, decoder, seed)
+        self.device = device  # the document's argument; placement follows the weights
 
     def forward(self, source, target, teacher_force_ratio: float = 0.5):
         """The document's signature: `source [S, B]`, `target [T, B]` -> outputs `[T, B, V]` (row 0 zero)."""
         return self.time_major_forward(source, target, teacher_force_ratio)
-
-    def encode(self, src, src_len=None):
-        encoder_outputs, hidden = self.encoder(src, src_len)  # [B, S, 2He], [B, Hd]
-        return (encoder_outputs, source_mask(src_len, src.shape[1])), hidden
 
     def step(self, x, hidden, memory):
         encoder_outputs, mask = memory

@@ -34,8 +34,10 @@ def build(name: str, dtype: str = "float32", **overrides) -> torch.nn.Module:
 
 
 def _tensors(model: torch.nn.Module, arrays: Mapping[str, np.ndarray]) -> dict[str, torch.Tensor]:
-    dtype = next(model.parameters()).dtype
-    return {key: torch.as_tensor(a, dtype=dtype if a.dtype.kind == "f" else torch.long) for key, a in arrays.items()}
+    """Arrays as tensors on the model's device: floats in its dtype, ids as int64."""
+    weight = next(model.parameters())
+    dtype_of = {True: weight.dtype, False: torch.long}  # is the array floating-point?
+    return {key: torch.as_tensor(a, dtype=dtype_of[a.dtype.kind == "f"], device=weight.device) for key, a in arrays.items()}
 
 
 def _outputs(model: torch.nn.Module, spec: catalogue.ModelSpec, tensors: dict, schedule=None) -> dict[str, torch.Tensor]:
@@ -60,7 +62,7 @@ def run(model: torch.nn.Module, name: str, batch: Mapping, teacher_forcing=None)
     spec, arrays, schedule = prepare(name, model.rosetta_config, batch, teacher_forcing)
     with torch.no_grad(), _eval_mode(model):
         outputs = _outputs(model, spec, _tensors(model, arrays), schedule)
-    return {key: value.numpy() for key, value in outputs.items()}
+    return {key: value.cpu().numpy() for key, value in outputs.items()}
 
 
 def greedy(model: torch.nn.Module, name: str, batch: Mapping, max_len: int = 50) -> dict[str, np.ndarray]:
@@ -74,7 +76,7 @@ def greedy(model: torch.nn.Module, name: str, batch: Mapping, max_len: int = 50)
         tokens, attention = model.translate(
             tensors["src"], tensors.get("src_len"), max_len=max_len, sos_id=spec.sos_id, eos_id=spec.eos_id, pad_id=spec.pad_id
         )
-    return {"tokens": tokens.numpy(), "attention": attention.numpy()}
+    return {"tokens": tokens.cpu().numpy(), "attention": attention.cpu().numpy()}
 
 
 @contextlib.contextmanager

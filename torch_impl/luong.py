@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from torch_impl.seq2seq import Seq2SeqBase, masked_softmax, run_rnn, schedule_generator, source_mask
+from torch_impl.seq2seq import Seq2SeqBase, masked_softmax, run_rnn
 
 SCORE_FNS = ("dot", "general", "concat")
 
@@ -94,19 +94,9 @@ class Decoder(nn.Module):
 class Model(Seq2SeqBase):
     """Document 003, `Model(encoder, decoder)` with teacher forcing from a shared schedule."""
 
-    def __init__(self, encoder: Encoder, decoder: Decoder, seed: int = 0):
-        super().__init__()
-        self.encoder = encoder
-        self.decoder = decoder
-        self.schedule_rng = schedule_generator(seed)
-
     def forward(self, src, trg, teacher_force_ratio: float = 0.5):
         """The document's signature: `src [S, B]`, `trg [T, B]` -> outs `[T, B, V]`, outs[0] zero."""
         return self.time_major_forward(src, trg, teacher_force_ratio)
-
-    def encode(self, src, src_len=None):
-        encoder_out, hidden = self.encoder(src, src_len)  # [B, S, H], (h, c)
-        return (encoder_out, source_mask(src_len, src.shape[1])), hidden
 
     def step(self, x, hidden, memory):
         encoder_out, mask = memory

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from torch_impl.seq2seq import Seq2SeqBase, masked_softmax, run_rnn, schedule_generator, source_mask
+from torch_impl.seq2seq import Seq2SeqBase, masked_softmax, run_rnn, source_mask
 
 
 class BahdanauAttention(nn.Module):
@@ -85,12 +85,6 @@ class Decoder(nn.Module):
 
 class Seq2Seq(Seq2SeqBase):
     """The tutorial's loop around `Encoder` and `Decoder` (its `train_step` and `evaluate`), as a module."""
-
-    def __init__(self, encoder: Encoder, decoder: Decoder, seed: int = 0):
-        super().__init__()
-        self.encoder = encoder
-        self.decoder = decoder
-        self.schedule_rng = schedule_generator(seed)
 
     def forward(self, inp: torch.Tensor, targ: torch.Tensor) -> torch.Tensor:
         """The tutorial's `train_step` forward: `inp [B, S]`, `targ [B, T]` -> logits `[B, T - 1, V]`."""
