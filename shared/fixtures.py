@@ -33,13 +33,14 @@ def make_weights(name: str, shapes: dict[str, tuple]) -> dict[str, np.ndarray]:
     return {key: rng.uniform(-WEIGHT_SCALE, WEIGHT_SCALE, shapes[key]) for key in sorted(shapes)}
 
 
-def make_batch(spec: ModelSpec) -> dict[str, np.ndarray]:
+def make_batch(spec: ModelSpec, rng: np.random.Generator | None = None) -> dict[str, np.ndarray]:
     """The fixture batch of `spec`: token ids with padded targets (rows of different lengths), or vectors.
 
     Targets: row b holds T - b real tokens, the rest `<pad>`; `tgt_in` is `<sos>` + `tgt_out` shifted
     right. A source token is repeated across rows on purpose (embedding gradients must sum repeats).
+    `rng` defaults to the fixture's own seeded generator.
     """
-    rng = np.random.default_rng(seed(spec.name, "batch"))
+    rng = rng or np.random.default_rng(seed(spec.name, "batch"))
     B, S, T = (spec.fixture_batch[k] for k in "BST")
     config = spec.fixture_config
     if spec.interface == "attention":

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-STACK_SPECIFIC = {"tf_impl/layers.py"}  # Keras cells keeping torch's two biases: torch needs no counterpart
+# Keras cells keeping torch's two biases, and torch's Adam rule and clipping: torch needs no counterpart
+STACK_SPECIFIC = {"tf_impl/layers.py", "tf_impl/optim.py"}
 FRAMEWORK_METHODS = {"forward": "call"}  # the call method is the only name the frameworks decide
 # the Keras walk over attribute paths; on the torch side state_dict() is that walk
 ONE_STACK_FUNCTIONS = {

@@ -28,10 +28,12 @@ class Encoder(keras.layers.Layer):
         self.gru = keras.layers.Bidirectional(torch_gru(encoder_hidden_size, "gru", dtype), name="gru", dtype=dtype)
         self.fc = keras.layers.Dense(decoder_hidden_size, name="fc", dtype=dtype)
 
-    def call(self, x, lengths=None):
+    def call(self, x, lengths=None, training=False):
         """`x (B, S)` -> outputs `(B, S, 2He)` (zero at pads), hidden `(B, Hd)`."""
-        embedding = self.dropout(self.embed(x))  # [B, S, E]
-        outputs, forward_state, backward_state = run_rnn(self.gru, embedding, lengths)  # [B, S, 2He], [B, He] x 2
+        embedding = self.dropout(self.embed(x), training=training)  # [B, S, E]
+        outputs, forward_state, backward_state = run_rnn(
+            self.gru, embedding, lengths, training=training
+        )  # [B, S, 2He], [B, He] x 2
         # torch's hidden[-1] is the backward pass's final state, at time 0: Keras's backward_state, not outputs[:, -1]
         concat_hidden = ops.concatenate((backward_state, forward_state), axis=1)  # [B, 2He]
         return outputs, ops.tanh(self.fc(concat_hidden))  # [B, Hd]
@@ -71,13 +73,13 @@ class Decoder(keras.layers.Layer):
         self.attention = Attention(encoder_hidden_size, decoder_hidden_size, name="attention", dtype=dtype)
         self.fc = keras.layers.Dense(vocab_size, name="fc", dtype=dtype)
 
-    def call(self, x, hidden, encoder_outputs, mask=None):
+    def call(self, x, hidden, encoder_outputs, mask=None, training=False):
         """The document's signature: -> prediction `(B, V)`, hidden `(B, Hd)`."""
-        return self.step(x, hidden, encoder_outputs, mask)[:2]
+        return self.step(x, hidden, encoder_outputs, mask, training)[:2]
 
-    def step(self, x, hidden, encoder_outputs, mask=None):
+    def step(self, x, hidden, encoder_outputs, mask=None, training=False):
         """`x (B,)`, `hidden (B, Hd)` -> prediction `(B, V)`, hidden `(B, Hd)`, attention `(B, S)`."""
-        embedding = self.dropout(self.embedding(x))  # [B, E]
+        embedding = self.dropout(self.embedding(x), training=training)  # [B, E]
         weighted, attention = self.attention(hidden, encoder_outputs, mask)  # [B, 2He], [B, S]
         weighted_concat = ops.expand_dims(ops.concatenate((embedding, weighted), axis=1), 1)  # [B, 1, E + 2He]
         output, hidden = self.gru(weighted_concat, initial_state=hidden)  # [B, 1, Hd], [B, Hd]
@@ -97,9 +99,9 @@ class Seq2Seq(Seq2SeqBase):
         """The document's signature: `source (S, B)`, `target (T, B)` -> outputs `(T, B, V)` (row 0 zero)."""
         return self.time_major_forward(source, target, teacher_force_ratio)
 
-    def step(self, x, hidden, memory):
+    def step(self, x, hidden, memory, training=False):
         encoder_outputs, mask = memory
-        return self.decoder.step(x, hidden, encoder_outputs, mask)
+        return self.decoder.step(x, hidden, encoder_outputs, mask, training)
 
 
 def build_model(src_vocab_size: int, tgt_vocab_size: int, embed_dim: int, encoder_hidden_size: int,

@@ -38,12 +38,13 @@ def _tensors(model, arrays: Mapping[str, np.ndarray]) -> dict[str, tf.Tensor]:
     return {key: tf.constant(a, dtype=model.compute_dtype if a.dtype.kind == "f" else "int64") for key, a in arrays.items()}
 
 
-def _outputs(model, spec: catalogue.ModelSpec, tensors: dict, schedule=None) -> dict[str, tf.Tensor]:
+def _outputs(model, spec: catalogue.ModelSpec, tensors: dict, schedule=None, training=False) -> dict[str, tf.Tensor]:
+    """The model's outputs on `tensors`; `training` turns dropout on (torch's train mode)."""
     if spec.interface == "attention":
         context, attention = model.attend(tensors["query"], tensors["values"])  # (B, T, De), (B, T, S)
         return {"context": context, "attention": attention}
     extras = {"src_len": tensors.get("src_len"), "teacher_forcing": schedule} if spec.variable_length else {}
-    logits, attention = model.decode(tensors["src"], tensors["tgt_in"], **extras)  # (B, T, V), (B, T, S)
+    logits, attention = model.decode(tensors["src"], tensors["tgt_in"], **extras, training=training)  # (B, T, V), (B, T, S)
     return {"logits": logits} if attention is None else {"logits": logits, "attention": attention}
 
 

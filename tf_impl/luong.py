@@ -71,11 +71,11 @@ class Encoder(keras.layers.Layer):
         self.lstm = TorchLSTM(hidden_dim, n_layers, dropout, name="lstm", dtype=dtype)
         self.dropout = keras.layers.Dropout(dropout, name="dropout", dtype=dtype)
 
-    def call(self, src, lengths=None):
+    def call(self, src, lengths=None, training=False):
         """`src (B, S)` -> outputs `(B, S, H)`, (h `(L, B, H)`, c `(L, B, H)`)."""
-        embed = self.dropout(self.embed(src))  # [B, S, E]
-        out, hidden = run_rnn(self.lstm, embed, lengths)
-        return self.dropout(out), hidden
+        embed = self.dropout(self.embed(src), training=training)  # [B, S, E]
+        out, hidden = run_rnn(self.lstm, embed, lengths, training=training)
+        return self.dropout(out, training=training), hidden
 
 
 class Decoder(keras.layers.Layer):
@@ -94,10 +94,10 @@ class Decoder(keras.layers.Layer):
         self.fc = _dense(output_dim, "fc", dtype)
         self.dropout = keras.layers.Dropout(dropout, name="dropout", dtype=dtype)
 
-    def call(self, trg, hidden, encoder_out, mask=None):
+    def call(self, trg, hidden, encoder_out, mask=None, training=False):
         """`trg (B,)`, (h, c) `(L, B, H)` -> logits `(B, V)`, (h, c), attention `(B, S)`."""
-        embed = self.dropout(self.embed(ops.expand_dims(trg, 1)))  # [B, 1, E]
-        decoder_out, hidden = self.lstm(embed, initial_state=hidden)  # [B, 1, H]
+        embed = self.dropout(self.embed(ops.expand_dims(trg, 1)), training=training)  # [B, 1, E]
+        decoder_out, hidden = self.lstm(embed, initial_state=hidden, training=training)  # [B, 1, H]
         atten, context = self.attention(ops.squeeze(decoder_out, 1), encoder_out, mask)  # [B, S], [B, H]
         atten_hidden = ops.tanh(self.wc(ops.concatenate((ops.squeeze(decoder_out, 1), context), axis=1)))  # [B, H]
         return self.fc(atten_hidden), hidden, atten
@@ -110,9 +110,9 @@ class Model(Seq2SeqBase):
         """The document's signature: `src (S, B)`, `trg (T, B)` -> outs `(T, B, V)`, outs[0] zero."""
         return self.time_major_forward(src, trg, teacher_force_ratio)
 
-    def step(self, x, hidden, memory):
+    def step(self, x, hidden, memory, training=False):
         encoder_out, mask = memory
-        return self.decoder(x, hidden, encoder_out, mask)
+        return self.decoder(x, hidden, encoder_out, mask, training=training)
 
 
 def build_model(input_dim: int, output_dim: int, embed_dim: int, hidden_dim: int, n_layers: int, dropout: float,

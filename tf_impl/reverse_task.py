@@ -39,7 +39,7 @@ class ReverseTaskBase(keras.Model):
         """The document's signature: `(B, S)`, `(B, T)` token ids -> logits `(B, T, V)`."""
         return self.decode(enc_inputs, dec_inputs)[0]
 
-    def decode(self, enc_inputs, dec_inputs):
+    def decode(self, enc_inputs, dec_inputs, training=False):
         """Logits `(B, T, V)` and the attention weights of every decoder step `(B, T, S)` (None: no attention)."""
         raise NotImplementedError
 
@@ -53,7 +53,7 @@ class ReverseTaskV0(ReverseTaskBase):
         super().__init__(vocab_size, embedding_dim, hidden_size, decoder_input_size=embedding_dim, **kwargs)
         self.output_layer = _dense(vocab_size, "output_layer", self.dtype_policy)
 
-    def decode(self, enc_inputs, dec_inputs):
+    def decode(self, enc_inputs, dec_inputs, training=False):
         enc_emb = self.enc_embeddings(enc_inputs)  # [B, S, E]
         enc_out, enc_hidden = self.encoder(enc_emb)  # [B, S, H], [B, H]
         dec_emb = self.dec_embeddings(dec_inputs)  # [B, T, E]
@@ -67,7 +67,7 @@ class BahdanauReverseTask(ReverseTaskBase):
     def __init__(self, vocab_size: int, embedding_dim: int, hidden_size: int, **kwargs):
         super().__init__(vocab_size, embedding_dim, hidden_size, embedding_dim + hidden_size, **kwargs)
 
-    def decode(self, enc_inputs, dec_inputs):
+    def decode(self, enc_inputs, dec_inputs, training=False):
         enc_out, enc_hidden = self.encoder(self.enc_embeddings(enc_inputs))  # [B, S, H], [B, H]
         keys = self.keys(enc_out)  # [B, S, *]
         prev_hidden, outputs, attention = enc_hidden, [], []  # s_{t-1}: [B, H]
@@ -88,7 +88,7 @@ class LuongReverseTask(ReverseTaskBase):
     def __init__(self, vocab_size: int, embedding_dim: int, hidden_size: int, **kwargs):
         super().__init__(vocab_size, embedding_dim, hidden_size, embedding_dim, **kwargs)
 
-    def decode(self, enc_inputs, dec_inputs):
+    def decode(self, enc_inputs, dec_inputs, training=False):
         enc_out, enc_hidden = self.encoder(self.enc_embeddings(enc_inputs))  # [B, S, H], [B, H]
         keys = self.keys(enc_out)  # [B, S, *]
         prev_hidden, outputs, attention = enc_hidden, [], []

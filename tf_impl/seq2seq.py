@@ -26,7 +26,7 @@ def masked_softmax(scores, mask):
     return ops.softmax(scores, axis=-1)
 
 
-def run_rnn(rnn, inputs, lengths, hidden=None):
+def run_rnn(rnn, inputs, lengths, hidden=None, training=False):
     """Run a batch-first Keras recurrent layer; with `lengths`, mask so each row stops at its own end.
 
     Keras's mask keeps the state through padded steps (so final states are those of each row's last
@@ -34,7 +34,17 @@ def run_rnn(rnn, inputs, lengths, hidden=None):
     packing does.
     """
     mask = source_mask(lengths, inputs.shape[1])
-    return rnn(inputs, initial_state=hidden, mask=mask)
+    return rnn(inputs, initial_state=hidden, mask=mask, training=training)
+
+
+def _next_input(true_token, output, forced):
+    """The true token where teacher-forced (`forced` True or None), else the argmax of `output (B, V)`.
+
+    A tensor `forced` keeps the loop traceable once by tf.function for every schedule.
+    """
+    if forced is None:
+        return true_token
+    return ops.where(forced, true_token, ops.cast(ops.argmax(output, axis=-1), true_token.dtype))  # [B]
 
 
 class Seq2SeqBase(keras.Model):
@@ -51,27 +61,27 @@ class Seq2SeqBase(keras.Model):
         self.decoder = decoder
         self.schedule_rng = np.random.default_rng(seed)
 
-    def encode(self, src, src_len=None):
+    def encode(self, src, src_len=None, training=False):
         """Encoder outputs `(B, S, *)` with the padding mask `(B, S)` (the memory), and the decoder's first state."""
-        encoder_outputs, hidden = self.encoder(src, src_len)
+        encoder_outputs, hidden = self.encoder(src, src_len, training=training)
         return (encoder_outputs, source_mask(src_len, src.shape[1])), hidden
 
-    def decode(self, src, tgt_in, src_len=None, teacher_forcing=None):
+    def decode(self, src, tgt_in, src_len=None, teacher_forcing=None, training=False):
         """Logits `(B, T, V)` (step t predicts the token after `tgt_in[:, t]`) and attention `(B, T, S)`.
 
         Args:
             teacher_forcing: `(T - 1,)` booleans from shared.teacher_forcing; entry t False feeds step
                 t + 1 the argmax of step t instead of `tgt_in[:, t + 1]`. None: always the true token.
+            training: dropout on (torch's train mode).
         """
-        memory, hidden = self.encode(src, src_len)
+        memory, hidden = self.encode(src, src_len, training=training)
         x, logits, attention = tgt_in[:, 0], [], []  # x: [B], <sos> first
         for t in range(tgt_in.shape[1]):
-            output, hidden, weights = self.step(x, hidden, memory)  # [B, V], ..., [B, S]
+            output, hidden, weights = self.step(x, hidden, memory, training=training)  # [B, V], ..., [B, S]
             logits.append(output)
             attention.append(weights)
             if t + 1 < tgt_in.shape[1]:
-                forced = teacher_forcing is None or bool(teacher_forcing[t])
-                x = tgt_in[:, t + 1] if forced else ops.argmax(output, axis=-1)
+                x = _next_input(tgt_in[:, t + 1], output, None if teacher_forcing is None else teacher_forcing[t])
         return ops.stack(logits, 1), ops.stack(attention, 1)  # [B, T, V], [B, T, S]
 
     def translate(self, src, src_len=None, *, max_len: int, sos_id: int, eos_id: int, pad_id: int):

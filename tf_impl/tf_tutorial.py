@@ -51,10 +51,10 @@ class Encoder(keras.layers.Layer):
         self.embedding = keras.layers.Embedding(vocab_size, embedding_dim, name="embedding", dtype=self.dtype_policy)
         self.gru = _gru(enc_units, self.dtype_policy)
 
-    def call(self, x, hidden, lengths=None):
+    def call(self, x, hidden, lengths=None, training=False):
         """`x (B, S)`, `hidden (B, H)` -> output `(B, S, H)`, state `(B, H)`."""
         x = self.embedding(x)  # [B, S, E]
-        output, state = run_rnn(self.gru, x, lengths, hidden)  # [B, S, H], [B, H]
+        output, state = run_rnn(self.gru, x, lengths, hidden, training)  # [B, S, H], [B, H]
         return output, state
 
     def initialize_hidden_state(self, batch_size: int | None = None):
@@ -97,12 +97,12 @@ class Seq2Seq(Seq2SeqBase):
         """The tutorial's `train_step` forward: `inp (B, S)`, `targ (B, T)` -> logits `(B, T - 1, V)`."""
         return self.decode(inp, targ[:, :-1])[0]
 
-    def encode(self, src, src_len=None):
+    def encode(self, src, src_len=None, training=False):
         enc_hidden = self.encoder.initialize_hidden_state(src.shape[0])  # [B, H]
-        enc_output, enc_hidden = self.encoder(src, enc_hidden, src_len)  # [B, S, H], [B, H]
+        enc_output, enc_hidden = self.encoder(src, enc_hidden, src_len, training=training)  # [B, S, H], [B, H]
         return (enc_output, source_mask(src_len, src.shape[1])), enc_hidden
 
-    def step(self, x, hidden, memory):
+    def step(self, x, hidden, memory, training=False):
         enc_output, mask = memory
         logits, state, attention_weights = self.decoder(ops.expand_dims(x, 1), hidden, enc_output, mask)
         return logits, state, ops.squeeze(attention_weights, 2)  # [B, V], [B, H], [B, S]

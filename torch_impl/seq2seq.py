@@ -41,6 +41,13 @@ def run_rnn(rnn: nn.RNNBase, inputs: torch.Tensor, lengths: torch.Tensor | None,
     return outputs, hidden
 
 
+def _next_input(true_token: torch.Tensor, output: torch.Tensor, forced) -> torch.Tensor:
+    """The true token where teacher-forced (`forced` True or None), else the argmax of `output [B, V]`."""
+    if forced is None:
+        return true_token
+    return torch.where(torch.as_tensor(forced), true_token, output.argmax(-1))  # [B]
+
+
 class Seq2SeqBase(nn.Module):
     """An encoder and a decoder, and the decoding loops over `encode(src, src_len) -> (memory, hidden)`
     and a subclass's `step(x, hidden, memory) -> (logits [B, V], hidden, attention [B, S])`.
@@ -74,8 +81,7 @@ class Seq2SeqBase(nn.Module):
             logits.append(output)
             attention.append(weights)
             if t + 1 < tgt_in.shape[1]:
-                forced = teacher_forcing is None or bool(teacher_forcing[t])
-                x = tgt_in[:, t + 1] if forced else output.argmax(-1)
+                x = _next_input(tgt_in[:, t + 1], output, None if teacher_forcing is None else teacher_forcing[t])
         return torch.stack(logits, 1), torch.stack(attention, 1)  # [B, T, V], [B, T, S]
 
     def translate(self, src, src_len=None, *, max_len: int, sos_id: int, eos_id: int, pad_id: int):

@@ -1,0 +1,128 @@
+"""The training spec both stacks follow, step for step, and the batches they are fed.
+
+Adam with PyTorch's update rule (`torch.optim.Adam`: bias-corrected moments, epsilon added to
+sqrt(v_hat)), gradient clipping by the global norm with `torch.nn.utils.clip_grad_norm_` semantics
+(scale max_norm / (norm + 1e-6), capped at 1), cross-entropy from logits averaged over non-pad targets,
+and a teacher-forcing schedule per step drawn here. Keras's stock Adam (epsilon-hat placement, float32
+beta powers) and per-variable `clipnorm` are *not* this spec: tf_impl offers stock Adam as an option
+so the drift can be shown.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from shared import catalogue, fixtures
+from shared import teacher_forcing as schedules
+
+OPTIMIZERS = ("torch_adam", "keras_adam")
+CLIPPINGS = ("global", "per_variable", "keras_global")
+
+
+@dataclass(frozen=True)
+class TrainSpec:
+    """One training run's optimiser, clipping and teacher forcing.
+
+    Args:
+        optimizer: "torch_adam" (PyTorch's rule, both stacks) or "keras_adam" (stock Keras Adam, tf only).
+        clip_norm: clipping threshold; None for no clipping.
+        clipping: "global" (torch's clip_grad_norm_, both stacks), or, tf only and to show their drift,
+            "per_variable" (Keras's `clipnorm`) or "keras_global" (Keras's `global_clipnorm`: no 1e-6).
+        teacher_force_ratio: probability of feeding the true token at each decoder step (documents
+            002/003); the flips are drawn per step from `seed`.
+    """
+
+    lr: float = 1e-3
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    clip_norm: float | None = 1.0
+    clipping: str = "global"
+    optimizer: str = "torch_adam"
+    teacher_force_ratio: float = 1.0
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
+        if self.clipping not in CLIPPINGS:
+            raise ValueError(f"clipping must be one of {', '.join(CLIPPINGS)}, got {self.clipping!r}")
+        if not self.lr > 0 or not self.eps > 0 or not all(0 <= b < 1 for b in self.betas):
+            raise ValueError(f"need lr > 0, eps > 0 and betas in [0, 1): got {self.lr}, {self.eps}, {self.betas}")
+        if self.clip_norm is not None and not self.clip_norm > 0:
+            raise ValueError(f"clip_norm must be positive or None, got {self.clip_norm!r}")
+
+
+def check_torch_rule(spec: TrainSpec) -> None:
+    """The torch stack has only PyTorch's own rule; the Keras-only options exist to show their drift."""
+    if spec.optimizer != "torch_adam" or spec.clipping != "global":
+        raise ValueError(f"torch trains with torch_adam and global clipping only, got {spec.optimizer}/{spec.clipping}")
+
+
+def fixture_batches(name: str, steps: int, seed: int = 0) -> Iterator[dict[str, np.ndarray]]:
+    """`steps` batches shaped like the model's fixture batch, each drawn from its own seeded generator."""
+    spec = catalogue.get(name)
+    for step in range(steps):
+        yield fixtures.make_batch(spec, rng=np.random.default_rng([seed, step]))
+
+
+def step_schedules(name: str, spec: TrainSpec, batches: list[dict]) -> list[np.ndarray | None]:
+    """One teacher-forcing schedule per batch (None for models that always teacher-force, or ratio 1)."""
+    if not catalogue.get(name).variable_length or spec.teacher_force_ratio == 1.0:
+        return [None] * len(batches)
+    rng = np.random.default_rng([spec.seed, 1])
+    return [schedules.draw(spec.teacher_force_ratio, batch["tgt_in"].shape[1] - 1, rng) for batch in batches]
+
+
+# The spec of the training-equality tests: the documents' Adam (lr 1e-3), a clip that engages on the
+# fixtures (their global gradient norm starts above 0.5), and coin-flip teacher forcing.
+EQUALITY_SPEC = TrainSpec(lr=1e-3, clip_norm=0.5, teacher_force_ratio=0.5)
+EQUALITY_STEPS = 200
+
+
+def train_fixture(stack, name: str, dtype: str, steps: int, spec: TrainSpec, loss=None) -> dict:
+    """Train `stack`'s fixture model from the golden weights on `steps` fixture batches, dropout off.
+
+    Returns the loss curve, the weights after training, and the global gradient norm of every step.
+    """
+    catalogue_spec = catalogue.get(name)
+    config = {**catalogue_spec.fixture_config}
+    if "dropout" in config:
+        config["dropout"] = 0.0  # dropout masks cannot match across stacks: equality is proved without them
+    model = stack.build(name, dtype, **config)
+    stack.set_weights(model, fixtures.load_golden(name).weights)
+    batches = list(fixture_batches(name, steps))
+    trainer = importlib.import_module(f"{stack.__name__}.train").Trainer(model, name, spec, loss)
+    curve = [trainer.step(batch, schedule) for batch, schedule in zip(batches, step_schedules(name, spec, batches), strict=True)]
+    return {"curve": np.array(curve), "weights": stack.get_weights(model), "grad_norms": np.array(trainer.grad_norms)}
+
+
+def compare_training(name: str, dtype: str, reference, candidate, steps: int = EQUALITY_STEPS, candidate_spec=None,
+                     candidate_loss=None) -> dict[str, float]:  # fmt: skip
+    """Assert both stacks follow the same loss curve and end at the same weights; return the maxima.
+
+    The reference trains with EQUALITY_SPEC; the candidate with `candidate_spec` / `candidate_loss`
+    when given (the negative controls pass Keras's stock Adam, per-variable clipping, a naive loss).
+    Weights listed in the catalogue's `zero_gradient_weights` are compared to `lr * steps` in float32.
+    """
+    from shared.equality import assert_close
+
+    tolerance = catalogue.get(name).tolerance
+    ref = train_fixture(reference, name, dtype, steps, EQUALITY_SPEC)
+    cand = train_fixture(candidate, name, dtype, steps, candidate_spec or EQUALITY_SPEC, candidate_loss)
+    bound = tolerance.f64_curve if dtype == "float64" else tolerance.f32_curve
+    maxima = {"loss curve": assert_close(cand["curve"], ref["curve"], bound, what=f"{name} loss curve")}
+    zero_gradient = set(catalogue.get(name).zero_gradient_weights) if dtype == "float32" else set()
+    weight_bounds = (bound, 0.0) if dtype == "float64" else (tolerance.f32_grad_abs, tolerance.f32_grad_rel)
+    maxima["trained weights"] = max(
+        assert_close(cand["weights"][key], value, *weight_bounds, what=f"{name} {key} after {steps} steps")
+        for key, value in ref["weights"].items()
+        if key not in zero_gradient
+    )
+    for key in zero_gradient:
+        assert_close(cand["weights"][key], ref["weights"][key], EQUALITY_SPEC.lr * steps, what=f"{name} {key} (zero gradient)")
+    maxima["clipped steps"] = float((ref["grad_norms"] > EQUALITY_SPEC.clip_norm).sum())
+    return maxima

@@ -1,0 +1,98 @@
+"""Training in Keras, following shared.training.TrainSpec: `TorchAdam` (PyTorch's Adam rule) and torch's
+global-norm clipping (tf_impl/optim.py). Stock Keras Adam, per-variable `clipnorm` and `global_clipnorm`
+are options, to show their drift.
+
+Mirrors torch_impl/train.py: the same `Trainer`, `train_steps`, and checkpoints in the stack's own
+format (`.weights.h5`).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import numpy as np
+import tensorflow as tf
+
+from shared import catalogue
+from shared.training import TrainSpec
+from shared.validation import prepare
+from tf_impl.contract import _loss, _outputs, _tensors
+from tf_impl.optim import clip_grad_norm, make_optimizer
+from tf_impl.weights import leaves
+
+NATIVE_SUFFIX = ".weights.h5"
+
+
+class Trainer:
+    """One optimiser over a catalogue model; `step` returns the loss before the update.
+
+    The update runs as one tf.function, traced once per batch shape (a teacher-forcing schedule is a
+    tensor, so new schedules do not retrace).
+
+    Args:
+        model, name: a model from `tf_impl.build` and its catalogue name.
+        loss: replaces the spec's loss `(spec, outputs, tensors) -> scalar` (tests pass naive ones).
+    Attributes:
+        grad_norms: the global gradient norm of every step, before clipping.
+    """
+
+    def __init__(self, model, name: str, spec: TrainSpec, loss=None):
+        self.model, self.name, self.spec = model, name, spec
+        self.loss = loss or _loss
+        self.variables = [variable for _, _, found in leaves(model) for variable in found.values()]
+        self.optimizer = make_optimizer(spec)
+        self.optimizer.build(self.variables)
+        self.grad_norms: list[float] = []
+        self._update = tf.function(self._update_step)
+
+    def step(self, batch: Mapping, teacher_forcing=None) -> float:
+        spec, arrays, schedule = prepare(self.name, self.model.rosetta_config, batch, teacher_forcing, with_targets=True)
+        forced = None if schedule is None else tf.constant(schedule)
+        loss, norm = self._update(_tensors(self.model, arrays), forced)
+        self.grad_norms.append(float(norm))
+        return float(loss)
+
+    def _update_step(self, tensors: dict, forced):
+        """Forward with training=True (dropout on), gradients densified, clipped by the global norm, applied."""
+        spec = catalogue.get(self.name)
+        with tf.GradientTape() as tape:
+            loss = self.loss(spec, _outputs(self.model, spec, tensors, forced, training=True), tensors)
+        # densify: an Embedding's IndexedSlices hold one slice per occurrence, and Keras's ops square each
+        # slice before repeats are summed (wrong Adam second moments, wrong clipping norm)
+        gradients = [None if g is None else tf.convert_to_tensor(g) for g in tape.gradient(loss, self.variables)]
+        torch_clip = self.spec.clip_norm if self.spec.clipping == "global" else None
+        gradients, norm = clip_grad_norm(gradients, torch_clip)
+        self.optimizer.apply_gradients([(g, v) for g, v in zip(gradients, self.variables, strict=True) if g is not None])
+        return loss, norm
+
+
+def train_steps(model, name: str, batches: Iterable[Mapping], spec: TrainSpec, schedules=None, loss=None) -> np.ndarray:
+    """Train on `batches` in order (one schedule per batch, or None); the loss curve, one value per step."""
+    trainer, batches = Trainer(model, name, spec, loss), list(batches)
+    return np.array([trainer.step(batch, s) for batch, s in zip(batches, schedules or [None] * len(batches), strict=True)])
+
+
+def save_native(model, path: str | Path) -> None:
+    """The model's weights as a Keras `.weights.h5` file, written atomically (temporary file, then rename)."""
+    path = Path(path)
+    if not path.name.endswith(NATIVE_SUFFIX):
+        raise ValueError(f"{path}: a Keras weights file must end with {NATIVE_SUFFIX}")
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=NATIVE_SUFFIX)
+    os.close(handle)
+    try:
+        model.save_weights(temporary, overwrite=True)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def load_native(model, path: str | Path) -> None:
+    """Load a Keras `.weights.h5` file into `model` (built by `tf_impl.build` with the same config)."""
+    try:
+        model.load_weights(str(path))
+    except Exception as error:  # h5py and Keras raise OSError, ValueError, KeyError, ... for bad files
+        raise ValueError(f"{path}: not loadable Keras weights for this model ({type(error).__name__}: {error})") from None

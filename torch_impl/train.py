@@ -1,0 +1,83 @@
+"""Training in PyTorch, following shared.training.TrainSpec: torch.optim.Adam, clip_grad_norm_.
+
+Mirrors tf_impl/train.py: the same `Trainer` (attributes and methods), `train_steps`, and checkpoints
+in the stack's own format (`.pt`, a state_dict read back with `weights_only=True`).
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from shared import catalogue
+from shared.atomic import write_atomic
+from shared.training import TrainSpec, check_torch_rule
+from shared.validation import prepare
+from torch_impl.contract import _loss, _outputs, _tensors
+
+NATIVE_SUFFIX = ".pt"
+
+
+class Trainer:
+    """One optimiser over a catalogue model; `step` returns the loss before the update.
+
+    Args:
+        model, name: a model from `torch_impl.build` and its catalogue name.
+        loss: replaces the spec's loss `(spec, outputs, tensors) -> scalar` (tests pass naive ones).
+    Attributes:
+        grad_norms: the global gradient norm of every step, before clipping.
+    """
+
+    def __init__(self, model: torch.nn.Module, name: str, spec: TrainSpec, loss=None):
+        check_torch_rule(spec)
+        self.model, self.name, self.spec = model, name, spec
+        self.loss = loss or _loss
+        self.variables = list(model.parameters())
+        self.optimizer = torch.optim.Adam(self.variables, lr=spec.lr, betas=spec.betas, eps=spec.eps)
+        self.grad_norms: list[float] = []
+        self._update = self._update_step
+
+    def step(self, batch: Mapping, teacher_forcing=None) -> float:
+        spec, arrays, schedule = prepare(self.name, self.model.rosetta_config, batch, teacher_forcing, with_targets=True)
+        loss, norm = self._update(_tensors(self.model, arrays), schedule)
+        self.grad_norms.append(float(norm))
+        return float(loss)
+
+    def _update_step(self, tensors: dict, forced):
+        """Forward in train mode (dropout on), backward, clip by the global norm, Adam step."""
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = self.loss(catalogue.get(self.name), _outputs(self.model, catalogue.get(self.name), tensors, forced), tensors)
+        loss.backward()
+        max_norm = float("inf") if self.spec.clip_norm is None else self.spec.clip_norm  # inf: the norm, no scaling
+        norm = torch.nn.utils.clip_grad_norm_(self.variables, max_norm)
+        self.optimizer.step()
+        return loss.detach(), norm
+
+
+def train_steps(model, name: str, batches: Iterable[Mapping], spec: TrainSpec, schedules=None, loss=None) -> np.ndarray:
+    """Train on `batches` in order (one schedule per batch, or None); the loss curve, one value per step."""
+    trainer, batches = Trainer(model, name, spec, loss), list(batches)
+    return np.array([trainer.step(batch, s) for batch, s in zip(batches, schedules or [None] * len(batches), strict=True)])
+
+
+def save_native(model: torch.nn.Module, path: str | Path) -> None:
+    """The model's state_dict as a `.pt` file, written atomically."""
+    buffer = io.BytesIO()
+    torch.save({key: value.detach().cpu() for key, value in model.state_dict().items()}, buffer)
+    write_atomic(path, buffer.getvalue())
+
+
+def load_native(model: torch.nn.Module, path: str | Path) -> None:
+    """Load a `.pt` state_dict (tensors only: `weights_only=True` refuses pickled code) into `model`, strictly."""
+    from torch_impl.weights import set_weights
+
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # torch raises UnpicklingError, RuntimeError, EOFError, ... for bad files
+        raise ValueError(f"{path}: not a loadable torch state_dict ({type(error).__name__}: {error})") from None
+    set_weights(model, {key: value.numpy() for key, value in state.items()})
