@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
+import subprocess
 import sys
+from pathlib import Path
 
 from shared import catalogue
 from shared.atomic import write_atomic
@@ -69,6 +72,119 @@ def _replace_block(path, block: str, text: str) -> None:
     write_atomic(path, f"{head}{start}\n{text}\n{end}{rest.split(end, 1)[1]}".encode())
 
 
+def _key_values(pairs: list[str], what: str) -> dict:
+    """`KEY=VALUE` pairs; values parsed as JSON where they parse (numbers, true/false), else strings."""
+    out = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"{what} takes KEY=VALUE, got {pair!r}")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    return out
+
+
+def _train(args) -> int:
+    from dataclasses import replace
+
+    from shared import runner
+
+    defaults = runner.document_defaults(args.model)
+    spec = defaults["spec"]
+    changes = {"lr": args.lr, "eps": args.eps, "teacher_force_ratio": args.teacher_force, "optimizer": args.optimizer}
+    spec = replace(spec, **{key: value for key, value in changes.items() if value is not None})
+    if args.clip is not None:
+        spec = replace(spec, clip_norm=args.clip or None)
+    if args.clipping:
+        spec = replace(spec, clipping=args.clipping)
+    settings = {"batch_size": args.batch_size, "epochs": args.epochs, "max_steps": args.max_steps, "seed": args.seed,
+                "eval_batches": args.eval_batches, "checkpoint_every": args.checkpoint_every}  # fmt: skip
+    settings = {key: value for key, value in settings.items() if value is not None}
+    run_dir = Path(args.run_dir or f"runs/{args.model}")
+    run = runner.create_run(run_dir, args.model, args.data_dir, _key_values(args.set, "--set"),
+                            _key_values(args.data_option, "--data-option"), spec=spec, dtype=args.dtype, **settings)  # fmt: skip
+    stacks = list(runner.STACKS) if args.stack == "both" else [args.stack]
+    if args.prepare:
+        print(f"prepared {run_dir}: train it with `python -m shared.runner {run_dir} STACK` (no data folder or spaCy needed)")
+        return 0
+    print(
+        f"run {run_dir}: {run.model} on {run.dataset}, {run.epochs} epochs of batch {run.batch_size}, stacks {', '.join(stacks)}"
+    )
+    if len(stacks) > 1:  # one stack per process, torch first: it writes the initial weights both start from
+        for stack in stacks:
+            code = subprocess.call([sys.executable, "-m", "shared.runner", *_child_argv(args, stack)])
+            if code:
+                return code
+        return 0
+    return runner.main(_child_argv(args, stacks[0]))
+
+
+def _child_argv(args, stack: str) -> list[str]:
+    """`python -m shared.runner RUN_DIR STACK`: run.json already holds every setting."""
+    run_dir = str(args.run_dir or f"runs/{args.model}")
+    return [run_dir, stack] + (["--force"] if args.force else []) + (["--quiet"] if args.quiet else [])
+
+
+def _evaluate(args) -> int:
+    from shared import runner
+
+    stack, model, run, corpus = runner.load_trained(args.run_dir, args.stack)
+    result = runner.evaluate(stack, model, run, corpus, args.split, limit=args.batches)
+    print(json.dumps({"stack": args.stack, **result}, indent=2))
+    return 0
+
+
+def _translate(args) -> int:
+    from shared import runner
+
+    result = runner.translate(args.run_dir, args.stack, args.sentence, heatmap=args.heatmap)
+    print(" ".join(result["output"]))
+    if args.heatmap:
+        print(f"attention heatmap: {args.heatmap}", file=sys.stderr)
+    return 0
+
+
+def _add_train(commands) -> None:
+    train = commands.add_parser("train", help="train a catalogue model in one stack or both (same initial weights, same batches)")
+    train.add_argument("model", help="catalogue name (rosetta models)")
+    train.add_argument("--stack", choices=["torch", "tf", "both"], default="both", help="both: torch, then tf, one process each")
+    train.add_argument("--run-dir", help="the run folder (default runs/<model>)")
+    train.add_argument("--data-dir", help="the folder holding multi30k/ and spa-eng/ (default $ROSETTA_DATA_DIR)")
+    train.add_argument("--epochs", type=int, help="default: the document's")
+    train.add_argument("--max-steps", type=int, help="stop after this many steps (a budget)")
+    train.add_argument("--batch-size", type=int, help="default: the document's")
+    train.add_argument("--lr", type=float)
+    train.add_argument("--eps", type=float, help="Adam's epsilon")
+    train.add_argument("--clip", type=float, help="global-norm clipping threshold; 0 turns clipping off")
+    train.add_argument("--clipping", choices=["global", "per_variable", "keras_global"], help="tf only: Keras's own clipping")
+    train.add_argument("--optimizer", choices=["torch_adam", "keras_adam"], help="tf only: keras_adam is stock Keras Adam")
+    train.add_argument("--teacher-force", type=float, help="teacher-forcing ratio (documents 002/003: 0.5)")
+    train.add_argument("--dtype", choices=list(catalogue.DTYPES), default="float32")
+    train.add_argument("--seed", type=int)
+    train.add_argument("--eval-batches", type=int, help="validation batches per epoch evaluation (default: all)")
+    train.add_argument("--checkpoint-every", type=int, help="steps between checkpoints (and after every epoch)")
+    train.add_argument("--set", action="append", metavar="KEY=VALUE", help="model config override, e.g. hidden_dim=256")
+    train.add_argument("--data-option", action="append", metavar="KEY=VALUE", help="corpus option, e.g. train_size=20000")
+    train.add_argument("--force", action="store_true", help="train again over an existing checkpoint of this stack")
+    train.add_argument("--quiet", action="store_true", help="no progress bar")
+    train.add_argument("--prepare", action="store_true", help="only write the run folder (run.json, corpus): train it elsewhere")
+    train.set_defaults(func=_train)
+    evaluate = commands.add_parser("evaluate", help="metrics of a run's checkpoint on a split")
+    evaluate.add_argument("run_dir")
+    evaluate.add_argument("--stack", choices=["torch", "tf"], required=True)
+    evaluate.add_argument("--split", default="test")
+    evaluate.add_argument("--batches", type=int, help="only the first N batches")
+    evaluate.set_defaults(func=_evaluate)
+    translate = commands.add_parser("translate", help="greedy translation of one sentence, with its attention heatmap")
+    translate.add_argument("run_dir")
+    translate.add_argument("sentence")
+    translate.add_argument("--stack", choices=["torch", "tf"], required=True)
+    translate.add_argument("--heatmap", help="write the attention heatmap to this PNG")
+    translate.set_defaults(func=_translate)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rosetta", description="Attention seq2seq models proved equal in PyTorch and Keras.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -82,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     equality.add_argument("--output", help="also write the markdown table to this file")
     equality.add_argument("--readme", help="also fill the table into this README's results block")
     equality.set_defaults(func=_equality)
+    _add_train(commands)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

@@ -7,17 +7,22 @@ Each trap of training has a negative control that the same comparison catches: s
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
+from pathlib import Path
+
 import keras
 import numpy as np
 import pytest
 
 import tf_impl
 import torch_impl
-from shared import catalogue, fixtures
+from shared import catalogue, fixtures, runner, safetensors_io
 from shared.training import EQUALITY_SPEC, compare_training
 from tests.conftest import MAXIMA
 
 MODELS = catalogue.built()
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
@@ -49,16 +54,12 @@ def _caught(name, **candidate):
 @pytest.mark.parametrize("name", ["reverse_bahdanau", "luong_general"])
 def test_stock_keras_adam_is_caught(name):
     """Keras Adam adds epsilon to sqrt(v) before the bias correction ("epsilon hat")."""
-    from dataclasses import replace
-
     _caught(name, candidate_spec=replace(EQUALITY_SPEC, optimizer="keras_adam"))
 
 
 @pytest.mark.parametrize("clipping", ["per_variable", "keras_global"])
 def test_keras_clipping_is_caught(clipping):
     """`clipnorm` clips each variable on its own; `global_clipnorm` divides by max(norm, clip) without torch's 1e-6."""
-    from dataclasses import replace
-
     _caught("reverse_bahdanau", candidate_spec=replace(EQUALITY_SPEC, clipping=clipping))
 
 
@@ -72,10 +73,52 @@ def test_loss_averaged_over_pads_is_caught():
 
 
 def test_torch_trainer_refuses_keras_only_options():
-    from dataclasses import replace
-
     from torch_impl.train import Trainer
 
     model = torch_impl.build("reverse_rnn", **catalogue.get("reverse_rnn").fixture_config)
     with pytest.raises(ValueError, match="torch_adam and global clipping only"):
         Trainer(model, "reverse_rnn", replace(EQUALITY_SPEC, optimizer="keras_adam"))
+
+
+# ---- `rosetta train --stack both`: torch, then Keras, from the same initial weights, on the same batches ----
+
+
+def _loss_curve(run_dir, stack: str) -> np.ndarray:
+    lines = (run_dir / stack / runner.LOSS_LOG).read_text().splitlines()
+    return np.array([json.loads(line)["loss"] for line in lines])
+
+
+def _train_both(run_dir) -> dict[str, float]:
+    """Train torch then tf in one run folder; max |torch - tf| of the loss curve and the final weights."""
+    for stack in runner.STACKS:
+        runner.train(run_dir, stack, progress=False)
+    curves = [_loss_curve(run_dir, stack) for stack in runner.STACKS]
+    weights = [safetensors_io.load(run_dir / stack / runner.CHECKPOINT)[0] for stack in runner.STACKS]
+    return {
+        "curve": float(np.abs(curves[0] - curves[1]).max()),
+        "weights": max(float(np.abs(weights[0][key] - weights[1][key]).max()) for key in weights[0]),
+        "steps": len(curves[0]),
+    }
+
+
+def test_a_run_trains_both_stacks_on_the_same_curve(tmp_path):
+    """The reverse task through the whole `rosetta train` path (data, batches, checkpoints), float64."""
+    sizes = {"embedding_dim": 8, "hidden_size": 12, "attention_size": 10}
+    data_sizes = {"train_size": 96, "val_size": 16, "test_size": 16}
+    runner.create_run(tmp_path, "reverse_bahdanau", overrides=sizes, corpus_options=data_sizes, dtype="float64",
+                      batch_size=16, epochs=2)  # fmt: skip
+    measured = _train_both(tmp_path)
+    assert measured["steps"] == 12 and measured["curve"] <= 1e-9 and measured["weights"] <= 1e-9, measured
+
+
+def test_a_run_on_real_data_trains_both_stacks_on_the_same_curve(tmp_path):
+    """Document 004's model on a slice of spa-eng: padded batches, masks, teacher-forcing coin flips, float64."""
+    data_dir = REPO.parent / "shared" / "data"
+    if not (data_dir / "spa-eng" / "spa-eng.zip").is_file():
+        pytest.skip(f"no spa-eng data at {data_dir} (set ROSETTA_DATA_DIR or keep ../shared/data beside the clone)")
+    sizes = {"embedding_dim": 8, "units": 12}
+    spec = replace(runner.DOCUMENT_TRAINING["004"]["spec"], teacher_force_ratio=0.5, clip_norm=0.5)
+    runner.create_run(tmp_path, "tf_tutorial", data_dir, overrides=sizes, corpus_options={"num_examples": 200},
+                      dtype="float64", batch_size=32, epochs=1, spec=spec)  # fmt: skip
+    measured = _train_both(tmp_path)
+    assert measured["steps"] == 5 and measured["curve"] <= 1e-9 and measured["weights"] <= 1e-9, measured

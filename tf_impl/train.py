@@ -75,6 +75,14 @@ def train_steps(model, name: str, batches: Iterable[Mapping], spec: TrainSpec, s
     return np.array([trainer.step(batch, s) for batch, s in zip(batches, schedules or [None] * len(batches), strict=True)])
 
 
+def place(model) -> tuple[object, str]:
+    """TensorFlow places ops on the GPU by itself when one is visible; the model and that device's name."""
+    gpus = tf.config.list_physical_devices("GPU")
+    if not gpus:
+        return model, "cpu"
+    return model, f"gpu ({tf.config.experimental.get_device_details(gpus[0]).get('device_name', gpus[0].name)})"
+
+
 def save_native(model, path: str | Path) -> None:
     """The model's weights as a Keras `.weights.h5` file, written atomically (temporary file, then rename)."""
     path = Path(path)
@@ -84,6 +92,7 @@ def save_native(model, path: str | Path) -> None:
     os.close(handle)
     try:
         model.save_weights(temporary, overwrite=True)
+        os.chmod(temporary, 0o644)  # mkstemp makes 0600; a checkpoint is world-readable like every written file
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)

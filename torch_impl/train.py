@@ -65,6 +65,13 @@ def train_steps(model, name: str, batches: Iterable[Mapping], spec: TrainSpec, s
     return np.array([trainer.step(batch, s) for batch, s in zip(batches, schedules or [None] * len(batches), strict=True)])
 
 
+def place(model: torch.nn.Module) -> tuple[torch.nn.Module, str]:
+    """The model on the GPU when one is present (the contract follows the model's device); its device name."""
+    if not torch.cuda.is_available():
+        return model, "cpu"
+    return model.cuda(), f"cuda ({torch.cuda.get_device_name()})"
+
+
 def save_native(model: torch.nn.Module, path: str | Path) -> None:
     """The model's state_dict as a `.pt` file, written atomically."""
     buffer = io.BytesIO()

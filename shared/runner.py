@@ -1,0 +1,513 @@
+"""Training runs: `rosetta train`, `rosetta evaluate` and `rosetta translate` for one stack at a time.
+
+A run is a folder. `create_run` writes what both stacks share: `run.json` (model, config, training
+spec, data), `corpus/` (token ids and both vocabularies, so a checkpoint can be used later without the
+data or spaCy) and, once the first stack starts, `initial.safetensors` (both stacks start from those
+weights). Each stack then writes its own subfolder:
+
+    <stack>/checkpoint.safetensors   canonical weights (metadata: step, vocabulary fingerprints)
+    <stack>/checkpoint.pt | checkpoint.weights.h5   the same weights in the stack's own format
+    <stack>/loss.jsonl               one JSON line per step: step, epoch, loss, grad_norm, seconds
+    <stack>/evals.jsonl              one line per epoch: the validation metrics
+    <stack>/eval.json                the final metrics on the test split
+
+Every file is written atomically, so an interrupted run leaves the last complete checkpoint loadable
+and no partial file. A NaN or infinite loss stops the run with the step number and keeps the last good
+checkpoint. The stack is passed in as its contract module (`torch_impl` or `tf_impl`), whose `train`
+submodule holds the `Trainer`; this module imports no framework.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from shared import catalogue, data, metrics, safetensors_io
+from shared import teacher_forcing as schedules
+from shared.atomic import write_atomic
+from shared.training import TrainSpec
+
+RUN_FILE, INITIAL_FILE, CORPUS_DIR = "run.json", "initial.safetensors", "corpus"
+CHECKPOINT, LOSS_LOG, EVAL_LOG, EVAL_FILE = "checkpoint.safetensors", "loss.jsonl", "evals.jsonl", "eval.json"
+STACKS = {"torch": "torch_impl", "tf": "tf_impl"}  # import order: torch first
+RUN_FORMAT = "rosetta-run/1"
+
+# The documents' training setups (batch size, epochs, optimiser, clipping, teacher forcing), by document.
+DOCUMENT_TRAINING = {
+    # document 001 shows no training loop: Adam's defaults, the document's batch of 32, no clipping (ours)
+    "001": {"batch_size": 32, "epochs": 10, "spec": TrainSpec(clip_norm=None)},
+    # Ben Trevett's tutorial for this architecture: Adam, clip 1, teacher forcing 0.5, batch 128, 10 epochs
+    "002": {"batch_size": 128, "epochs": 10, "spec": TrainSpec(clip_norm=1.0, teacher_force_ratio=0.5)},
+    # document 003: Adam, clip 1.0, 10 epochs, batch 128, Model.forward's teacher_force_ratio 0.5
+    "003": {"batch_size": 128, "epochs": 10, "spec": TrainSpec(clip_norm=1.0, teacher_force_ratio=0.5)},
+    # the TensorFlow tutorial: Adam (Keras defaults; eps 1e-7), no clipping, teacher forcing, batch 64, 10 epochs
+    "004": {"batch_size": 64, "epochs": 10, "spec": TrainSpec(eps=1e-7, clip_norm=None)},
+}
+
+# How each document computed the loss it reports, and its figures, for the reproduction table.
+DOCUMENT_RESULTS = {
+    "003": {
+        "model": "luong_general",
+        "figures": {"test loss": 2.63, "test perplexity": 13.84},
+        "protocol": {"teacher_force_ratio": 0.5, "count_first_position": True},
+        "how": "its `step` evaluates with Model.forward's default teacher_force_ratio 0.5 and counts position 0, "
+        "whose logits are the zero row (log V per sentence); it also leaves dropout on, which we do not copy",
+    },
+    "002": {
+        "model": "bahdanau_bigru",
+        "figures": {"test perplexity": 25.6, "test BLEU": 28.3},
+        "protocol": {"teacher_force_ratio": 0.0, "count_first_position": False},
+        "how": "Ben Trevett's published figures for this architecture: evaluate with teacher forcing off, "
+        "BLEU on greedy translations of at most 50 tokens",
+    },
+}
+
+
+class RunError(ValueError):
+    """A run that cannot go on: diverged, or a folder that holds something else."""
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """What a run trains, on what, and how; saved as `run.json`.
+
+    Args:
+        config: the model's constructor config (vocabulary sizes from the corpus, then overrides).
+        max_steps: stop after this many steps even if epochs remain (None: every epoch).
+        eval_batches: validation batches per epoch evaluation (None: the whole split).
+        length_multiple: pad every batch's S and T up to a multiple (pads are masked and ignored by the
+            loss): fewer distinct shapes, so tf.function traces less often.
+    """
+
+    model: str
+    dataset: str
+    config: dict
+    spec: TrainSpec
+    dtype: str = "float32"
+    batch_size: int = 32
+    epochs: int = 10
+    max_steps: int | None = None
+    seed: int = 0
+    checkpoint_every: int = 200
+    eval_batches: int | None = None
+    max_len: int = 50
+    length_multiple: int = 8
+    corpus_options: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {"format": RUN_FORMAT, **dataclasses.asdict(self), "spec": dataclasses.asdict(self.spec)}
+
+    @classmethod
+    def from_json(cls, record: dict, source: str) -> RunConfig:
+        if not isinstance(record, dict) or record.get("format") != RUN_FORMAT:
+            raise ValueError(f"{source} is not a {RUN_FORMAT} file")
+        fields = {key: value for key, value in record.items() if key != "format"}
+        spec = fields.pop("spec")
+        return cls(**fields, spec=TrainSpec(**{**spec, "betas": tuple(spec["betas"])}))
+
+
+# ---------------------------------------------------------------- creating and reading a run folder
+
+
+def document_defaults(model: str) -> dict:
+    """The document's batch size, epochs and TrainSpec for `model`."""
+    document = catalogue.get(model).document
+    if document not in DOCUMENT_TRAINING:
+        raise ValueError(f"model {model!r} (document {document}) has no training data: document {document} trains nothing")
+    return DOCUMENT_TRAINING[document]
+
+
+def create_run(run_dir, model: str, data_dir=None, overrides: dict | None = None, corpus_options: dict | None = None,
+               **settings) -> RunConfig:  # fmt: skip
+    """Prepare `run_dir` for training `model`: the corpus (read once, saved with the run) and run.json.
+
+    An existing run.json must describe the same run (then this returns it): a folder never holds two runs.
+    """
+    run_dir = Path(run_dir)
+    dataset = data.dataset_for_model(model)
+    defaults = document_defaults(model)
+    corpus = data.load_corpus(dataset, data_dir, cache_dir=run_dir / CORPUS_DIR, **(corpus_options or {}))
+    spec = catalogue.get(model)
+    config = catalogue.resolve_config(
+        spec, settings.get("dtype", "float32"), {**corpus.vocab_overrides(model), **(overrides or {})}
+    )
+    run = RunConfig(model=model, dataset=dataset, config=config, corpus_options=corpus.options, **{**defaults, **settings})
+    existing = run_dir / RUN_FILE
+    if existing.is_file():
+        if load_run(run_dir) != run:
+            raise RunError(f"{run_dir} already holds another run ({existing}); choose another --run-dir or delete it")
+        return run
+    write_atomic(existing, (json.dumps(run.to_json(), indent=2) + "\n").encode())
+    return run
+
+
+def load_run(run_dir) -> RunConfig:
+    """The RunConfig saved in `run_dir`; a missing or corrupt run.json raises ValueError."""
+    path = Path(run_dir) / RUN_FILE
+    if not path.is_file():
+        raise ValueError(f"{run_dir} is not a training run: it has no {RUN_FILE} (start one with `rosetta train`)")
+    try:
+        return RunConfig.from_json(json.loads(path.read_text()), str(path))
+    except (json.JSONDecodeError, TypeError, KeyError) as error:
+        raise ValueError(f"{path} is corrupt: {error}") from None
+
+
+def import_stack(stack: str):
+    """The contract module of `stack` ("torch" or "tf")."""
+    if stack not in STACKS:
+        raise ValueError(f"unknown stack {stack!r}; known: {', '.join(STACKS)}")
+    return importlib.import_module(STACKS[stack])
+
+
+# ---------------------------------------------------------------- training
+
+
+def train(run_dir, stack_name: str, force: bool = False, progress: bool = True) -> dict:
+    """Train the run's model in one stack; returns the final test metrics (also written to eval.json)."""
+    run_dir, run = Path(run_dir), load_run(run_dir)
+    stack, corpus = import_stack(stack_name), _load_corpus(run_dir)
+    out = run_dir / stack_name
+    if (out / CHECKPOINT).exists() and not force:
+        raise RunError(f"{out} already holds a trained checkpoint; pass --force to train again from the start")
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in (LOSS_LOG, EVAL_LOG, EVAL_FILE):
+        (out / stale).unlink(missing_ok=True)
+    train_module = importlib.import_module(f"{stack.__name__}.train")
+    model = stack.build(run.model, run.dtype, **run.config)
+    _start_from_initial_weights(run_dir, stack, model, run)
+    model, device = train_module.place(model)
+    trainer = train_module.Trainer(model, run.model, run.spec)
+    started = time.perf_counter()
+    steps = _loop(run, stack, model, trainer, corpus, out, progress)
+    seconds = time.perf_counter() - started
+    result = evaluate(stack, model, run, corpus, final_split(corpus))
+    result.update(stack=stack_name, device=device, steps=steps, train_seconds=seconds)
+    write_atomic(out / EVAL_FILE, (json.dumps(result, indent=2) + "\n").encode())
+    return result
+
+
+def final_split(corpus: data.Corpus) -> str:
+    """The split of the final evaluation: "test", or "val" where the data has no test split (spa-eng)."""
+    return "test" if "test" in corpus.splits else "val"
+
+
+def _load_corpus(run_dir: Path) -> data.Corpus:
+    return data.Corpus.load(run_dir / CORPUS_DIR)
+
+
+def _start_from_initial_weights(run_dir: Path, stack, model, run: RunConfig) -> None:
+    """Both stacks start from `initial.safetensors`; the first stack to train writes it from its own init."""
+    path = run_dir / INITIAL_FILE
+    if path.is_file():
+        weights, _ = safetensors_io.load(path)
+        stack.set_weights(model, weights)
+    else:
+        safetensors_io.save(path, stack.get_weights(model), {"model": run.model, "written_by": stack.__name__})
+
+
+class _Progress:
+    """tqdm when installed (the `train` extra), else a line every few hundred steps."""
+
+    def __init__(self, total: int | None, enabled: bool, label: str):
+        self.bar, self.enabled, self.label = None, enabled, label
+        if enabled:
+            try:
+                from tqdm import tqdm
+
+                interval = 0.1 if sys.stderr.isatty() else 30  # a log file gets a line every 30 s
+                self.bar = tqdm(total=total, desc=label, unit="step", dynamic_ncols=True, mininterval=interval)
+            except ImportError:
+                pass
+
+    def update(self, step: int, loss: float) -> None:
+        if self.bar is not None:
+            self.bar.update(1)
+            self.bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
+        elif self.enabled and step % 200 == 0:
+            print(f"{self.label}: step {step} loss {loss:.4f}", flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _loop(run: RunConfig, stack, model, trainer, corpus: data.Corpus, out: Path, progress: bool) -> int:
+    """Epochs of shuffled, bucketed batches; checkpoints every `checkpoint_every` steps and after each epoch.
+    Returns the number of steps taken."""
+    steps_per_epoch = len(corpus.batches("train", run.batch_size))
+    total = steps_per_epoch * run.epochs if run.max_steps is None else min(run.max_steps, steps_per_epoch * run.epochs)
+    bar, log, step, saved = _Progress(total, progress, f"{run.model} [{stack.__name__}]"), [], 0, 0
+    try:
+        for epoch in range(run.epochs):
+            for batch in corpus.batches("train", run.batch_size, rng=np.random.default_rng([run.seed, epoch])):
+                step += 1
+                log.append(_train_step(run, trainer, corpus, batch, step, epoch, saved, out))
+                bar.update(step, log[-1]["loss"])
+                if step % run.checkpoint_every == 0:
+                    saved = _checkpoint(stack, model, run, corpus, out, step, epoch, log)
+                if step == total:
+                    break
+            saved = _checkpoint(stack, model, run, corpus, out, step, epoch, log)
+            metrics_of_epoch = evaluate(stack, model, run, corpus, "val", limit=run.eval_batches)
+            _append_json_line(out / EVAL_LOG, {"epoch": epoch, "step": step, **metrics_of_epoch})
+            if step == total:
+                break
+    finally:
+        bar.close()
+    return step
+
+
+def _train_step(run: RunConfig, trainer, corpus: data.Corpus, batch: dict, step: int, epoch: int, saved: int, out: Path) -> dict:
+    """One update; its log record. A non-finite loss or gradient norm stops the run (RunError)."""
+    started = time.perf_counter()
+    loss = trainer.step(pad_to_multiple(batch, run.length_multiple, corpus.pad_id), _schedule(run, batch, step))
+    norm = trainer.grad_norms[-1]
+    if not (math.isfinite(loss) and math.isfinite(norm)):
+        raise RunError(_diverged_message(loss, norm, step, saved, out))
+    return {"step": step, "epoch": epoch, "loss": loss, "grad_norm": norm, "seconds": time.perf_counter() - started}
+
+
+def _diverged_message(loss: float, norm: float, step: int, saved: int, out: Path) -> str:
+    kept = f"the last good checkpoint (step {saved}) is {out / CHECKPOINT}" if saved else "no checkpoint was written yet"
+    return f"training diverged: loss {loss}, gradient norm {norm} at step {step}; stopped, {kept}"
+
+
+def _schedule(run: RunConfig, batch: dict, step: int) -> np.ndarray | None:
+    """The teacher-forcing coin flips of one step, drawn from (seed, step) so both stacks draw the same."""
+    if not catalogue.get(run.model).variable_length or run.spec.teacher_force_ratio == 1.0:
+        return None
+    steps = _padded_length(batch["tgt_in"].shape[1], run.length_multiple) - 1
+    return schedules.draw(run.spec.teacher_force_ratio, steps, np.random.default_rng([run.spec.seed, 2, step]))
+
+
+def _padded_length(length: int, multiple: int) -> int:
+    return -(-length // multiple) * multiple
+
+
+def pad_to_multiple(batch: dict, multiple: int, pad_id: int) -> dict:
+    """Pad `src`, `tgt_in`, `tgt_out` with `pad_id` up to a multiple of `multiple` steps (pads are masked
+    by `src_len` and ignored by the loss), so a stack that compiles per shape sees few shapes."""
+    if multiple <= 1:
+        return batch
+    padded = dict(batch)
+    for key in ("src", "tgt_in", "tgt_out"):
+        extra = _padded_length(batch[key].shape[1], multiple) - batch[key].shape[1]
+        padded[key] = np.pad(batch[key], ((0, 0), (0, extra)), constant_values=pad_id)
+    if "src_len" not in batch:  # the reverse task has fixed lengths and no mask: never pad its source
+        padded["src"] = batch["src"]
+    return padded
+
+
+def _append_json_line(path: Path, record: dict) -> None:
+    """Rewrite `path` with one more JSON line, atomically (the log is small; a reader never sees half a line)."""
+    before = path.read_bytes() if path.is_file() else b""
+    write_atomic(path, before + (json.dumps(record) + "\n").encode())
+
+
+def _checkpoint(stack, model, run: RunConfig, corpus: data.Corpus, out: Path, step: int, epoch: int, log: list) -> int:
+    """Write the loss log, then the stack's own file, then the canonical checkpoint (each atomically)."""
+    if log:
+        before = (out / LOSS_LOG).read_bytes() if (out / LOSS_LOG).is_file() else b""
+        write_atomic(out / LOSS_LOG, before + "".join(json.dumps(record) + "\n" for record in log).encode())
+        log.clear()
+    train_module = importlib.import_module(f"{stack.__name__}.train")
+    train_module.save_native(model, out / f"checkpoint{train_module.NATIVE_SUFFIX}")
+    metadata = {
+        "model": run.model,
+        "stack": stack.__name__,
+        "step": str(step),
+        "epoch": str(epoch),
+        "src_vocab": corpus.src_vocab.fingerprint,
+        "tgt_vocab": corpus.tgt_vocab.fingerprint,
+        "config": json.dumps(run.config, sort_keys=True),
+    }
+    safetensors_io.save(out / CHECKPOINT, stack.get_weights(model), metadata)
+    return step
+
+
+# ---------------------------------------------------------------- loading a trained model
+
+
+def load_trained(run_dir, stack_name: str):
+    """(stack, model, run, corpus) from a run's canonical checkpoint, after checking it fits the run's
+    vocabularies and config (a checkpoint of another run or vocabulary raises ValueError)."""
+    run_dir, run = Path(run_dir), load_run(run_dir)
+    stack, corpus = import_stack(stack_name), _load_corpus(run_dir)
+    path = run_dir / stack_name / CHECKPOINT
+    if not path.is_file():
+        raise ValueError(f"{run_dir} has no {stack_name} checkpoint ({path}): train it first")
+    weights, metadata = safetensors_io.load(path)
+    for side, vocab in (("src", corpus.src_vocab), ("tgt", corpus.tgt_vocab)):
+        if metadata.get(f"{side}_vocab") != vocab.fingerprint:
+            raise ValueError(
+                f"{path} was trained with another {side} vocabulary than {run_dir / CORPUS_DIR} "
+                f"(fingerprint {str(metadata.get(f'{side}_vocab'))[:12]} vs {vocab.fingerprint[:12]})"
+            )
+    if metadata.get("model") != run.model or json.loads(metadata.get("config", "null")) != run.config:
+        raise ValueError(f"{path} holds model {metadata.get('model')!r} with another config than {run_dir / RUN_FILE}")
+    model = stack.build(run.model, run.dtype, **run.config)
+    stack.set_weights(model, weights)
+    return stack, model, run, corpus
+
+
+# ---------------------------------------------------------------- evaluation
+
+
+def evaluate(stack, model, run: RunConfig, corpus: data.Corpus, split: str, limit: int | None = None) -> dict:
+    """Metrics of one split (its first `limit` batches), in data order and eval mode (dropout off).
+
+    loss, perplexity, token_accuracy: teacher-forced, mean over non-pad targets. sequence_accuracy:
+    greedy decoding, every target token right. bleu (real data): greedy translations against the
+    untokenized-to-<unk> references. document_loss / document_perplexity: the loss as the model's
+    document computed the figure it reports (DOCUMENT_RESULTS), where it reports one.
+    """
+    batches = corpus.batches(split, run.batch_size)[:limit]
+    protocol = DOCUMENT_RESULTS.get(catalogue.get(run.model).document, {}).get("protocol")
+    totals = dict.fromkeys(("nll", "tokens", "correct", "doc_nll", "doc_tokens"), 0.0)
+    predictions, hypotheses = [], []
+    for index, batch in enumerate(batches):
+        _add_loss(totals, stack, model, run, batch, None, "")
+        if protocol:
+            forcing = _eval_schedule(run, batch, protocol["teacher_force_ratio"], index)
+            _add_loss(totals, stack, model, run, batch, forcing, "doc_", protocol["count_first_position"])
+        tokens = greedy_tokens(stack, model, run, corpus, batch)
+        predictions.append(tokens)
+        hypotheses += [corpus.tgt_vocab.decode(metrics.strip_special(row, corpus.eos_id, corpus.pad_id)) for row in tokens]
+    loss = totals["nll"] / totals["tokens"]
+    result = {"split": split, "sentences": sum(len(batch["src"]) for batch in batches), "loss": loss}
+    result.update(perplexity=metrics.perplexity(loss), token_accuracy=totals["correct"] / totals["tokens"])
+    right = [_rows_right(tokens, batch["tgt_out"], corpus.pad_id) for tokens, batch in zip(predictions, batches, strict=True)]
+    result["sequence_accuracy"] = float(np.concatenate(right).mean())
+    if corpus.references.get(split):
+        result["bleu"] = metrics.bleu(hypotheses, corpus.references[split][: len(hypotheses)])
+    if protocol:
+        document_loss = totals["doc_nll"] / totals["doc_tokens"]
+        result.update(document_loss=document_loss, document_perplexity=metrics.perplexity(document_loss))
+    return result
+
+
+def _rows_right(predictions: np.ndarray, targets: np.ndarray, pad_id: int) -> np.ndarray:
+    """Per row: is every non-pad target token predicted (metrics.sequence_accuracy's alignment)?"""
+    return np.array([metrics.sequence_accuracy(p[None], t[None], pad_id) for p, t in zip(predictions, targets, strict=True)])
+
+
+def _eval_schedule(run: RunConfig, batch: dict, ratio: float, index: int) -> np.ndarray | None:
+    if not catalogue.get(run.model).variable_length:
+        return None
+    return schedules.draw(ratio, batch["tgt_in"].shape[1] - 1, np.random.default_rng([run.seed, 3, index]))
+
+
+def _add_loss(totals: dict, stack, model, run: RunConfig, batch: dict, forcing, prefix: str, count_first=False) -> None:
+    """Add one batch's summed cross-entropy and its number of non-pad targets to `totals`.
+
+    `count_first`: also count the document's position 0, whose logits are the zero row (log V each).
+    """
+    spec = catalogue.get(run.model)
+    logits = stack.run(model, run.model, batch, teacher_forcing=forcing)["logits"].astype(np.float64)  # [B, T, V]
+    shifted = logits - logits.max(-1, keepdims=True)
+    log_probs = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))  # [B, T, V]
+    targets = batch["tgt_out"]  # [B, T]
+    valid = targets != spec.pad_id
+    nll = -np.take_along_axis(log_probs, targets[..., None], -1)[..., 0]  # [B, T]
+    totals[f"{prefix}nll"] += float(nll[valid].sum())
+    totals[f"{prefix}tokens"] += int(valid.sum())
+    if count_first:
+        totals[f"{prefix}nll"] += len(targets) * math.log(logits.shape[-1])
+        totals[f"{prefix}tokens"] += len(targets)
+    if not prefix:
+        totals["correct"] += int((logits.argmax(-1) == targets)[valid].sum())
+
+
+def greedy_tokens(stack, model, run: RunConfig, corpus: data.Corpus, batch: dict) -> np.ndarray:
+    """Greedy decoding `[B, L]`: the stack's `greedy` (documents 002-004), or for document 001's models,
+    whose decoders take the whole target at once, one `run` per step on the tokens decoded so far."""
+    if catalogue.get(run.model).variable_length:
+        return stack.greedy(model, run.model, {"src": batch["src"], "src_len": batch["src_len"]}, max_len=run.max_len)["tokens"]
+    return rerun_greedy(stack, model, run.model, batch["src"], batch["tgt_out"].shape[1], corpus.sos_id)[0]
+
+
+def rerun_greedy(stack, model, name: str, src: np.ndarray, steps: int, sos_id: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """Greedy decoding by re-running the teacher-forced decoder on its own outputs: tokens `[B, steps]` and
+    the attention of the last run `[B, steps, S]` (None without attention). Exact for causal decoders."""
+    tokens = np.full((len(src), 1), sos_id, dtype=np.int64)  # [B, 1]
+    for _ in range(steps):
+        outputs = stack.run(model, name, {"src": src, "tgt_in": tokens})
+        tokens = np.concatenate([tokens, outputs["logits"][:, -1].argmax(-1)[:, None]], axis=1)  # [B, t + 2]
+    return tokens[:, 1:], outputs.get("attention")
+
+
+# ---------------------------------------------------------------- translation
+
+
+def encode_sentence(corpus: data.Corpus, sentence: str) -> tuple[np.ndarray, list[str]]:
+    """Source ids `[1, S]` and their tokens, tokenized as the corpus was: spaCy (Multi30k, with `<sos>`
+    and `<eos>`), the tutorial's preprocessing (spa-eng), or space-separated tokens (the reverse task)."""
+    if not sentence.strip():
+        raise ValueError("the sentence to translate is empty")
+    if corpus.name == "multi30k":
+        tokens = ["<sos>", *data.tokenize(data.spacy_tokenizers()[0], [sentence])[0], "<eos>"]
+    elif corpus.name == "spa_eng":
+        tokens = data.preprocess_sentence(sentence).split()
+    else:
+        tokens = sentence.split()
+    try:
+        ids = corpus.src_vocab.encode(tokens)
+    except ValueError as error:
+        raise ValueError(f"cannot translate {sentence!r}: {error}") from None
+    return np.array([ids], dtype=np.int64), tokens
+
+
+def translate(run_dir, stack_name: str, sentence: str, heatmap=None) -> dict:
+    """Greedy translation of one sentence with a run's checkpoint; with `heatmap`, its attention as a PNG.
+
+    Returns the source and output tokens (up to and including `<eos>`) and the attention `[L, S]`.
+    """
+    stack, model, run, corpus = load_trained(run_dir, stack_name)
+    src, source_tokens = encode_sentence(corpus, sentence)
+    if catalogue.get(run.model).variable_length:
+        decoded = stack.greedy(model, run.model, {"src": src, "src_len": np.array([src.shape[1]])}, max_len=run.max_len)
+        tokens, attention = decoded["tokens"][0], decoded["attention"][0]  # [L], [L, S]
+    else:
+        tokens, attention = rerun_greedy(stack, model, run.model, src, src.shape[1], corpus.sos_id)
+        tokens, attention = tokens[0], None if attention is None else attention[0]
+    length = next((i + 1 for i, token in enumerate(tokens) if token == corpus.eos_id), len(tokens))
+    output_tokens = corpus.tgt_vocab.decode(tokens[:length])
+    result = {"source": source_tokens, "output": output_tokens, "attention": None if attention is None else attention[:length]}
+    if heatmap is not None:
+        if attention is None:
+            raise ValueError(f"model {run.model!r} has no attention to draw")
+        from shared.plots import attention_heatmap
+
+        attention_heatmap(result["attention"], source_tokens, output_tokens, heatmap, title=f"{run.model} [{stack_name}]")
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m shared.runner RUN_DIR STACK [--force] [--quiet]`: one stack of `rosetta train`, in its own process."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m shared.runner", description=main.__doc__)
+    parser.add_argument("run_dir")
+    parser.add_argument("stack", choices=list(STACKS))
+    parser.add_argument("--force", action="store_true")
+    parser.add_argument("--quiet", action="store_true")
+    args = parser.parse_args(argv)
+    try:
+        result = train(args.run_dir, args.stack, force=args.force, progress=not args.quiet)
+    except ValueError as error:
+        print(f"rosetta: {error}", file=sys.stderr)
+        return 2
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,161 @@
+"""Training runs in each stack alone (`rosetta train`'s engine, shared.runner): files, checkpoints,
+evaluation, translation, and every bad input: divergence, interruption, another vocabulary, another run.
+
+Runs are tiny (the reverse task at small sizes, a few steps), so these tests check the machinery; the
+numbers of full runs are in reports/.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from shared import data, runner, safetensors_io
+from shared.cli import main as rosetta
+
+SMALL = {"embedding_dim": 8, "hidden_size": 12, "attention_size": 10}
+REVERSE_DATA = {"train_size": 64, "val_size": 16, "test_size": 16}
+
+
+def _run(tmp_path, name="reverse_bahdanau", **settings):
+    """A prepared run folder for a tiny reverse-task model: 8 steps of batch 16 (2 epochs of 4)."""
+    settings = {"batch_size": 16, "epochs": 2, "checkpoint_every": 3, **settings}
+    runner.create_run(tmp_path / "run", name, overrides=SMALL, corpus_options=REVERSE_DATA, **settings)
+    return tmp_path / "run"
+
+
+def _stack_name(stack) -> str:
+    return {"torch_impl": "torch", "tf_impl": "tf"}[stack.__name__]
+
+
+def test_a_run_writes_logs_checkpoints_and_metrics(stack, tmp_path):
+    run_dir, name = _run(tmp_path), _stack_name(stack)
+    result = runner.train(run_dir, name, progress=False)
+    out = run_dir / name
+    losses = [json.loads(line) for line in (out / runner.LOSS_LOG).read_text().splitlines()]
+    assert [record["step"] for record in losses] == list(range(1, 9)) and all(np.isfinite(r["loss"]) for r in losses)
+    assert len((out / runner.EVAL_LOG).read_text().splitlines()) == 2  # one validation line per epoch
+    assert json.loads((out / runner.EVAL_FILE).read_text()) == json.loads(json.dumps(result))
+    assert result["split"] == "test" and result["steps"] == 8 and 0 <= result["sequence_accuracy"] <= 1
+    _, metadata = safetensors_io.load(out / runner.CHECKPOINT)
+    assert metadata["step"] == "8"
+    assert not [p.name for p in out.iterdir() if p.name.startswith(".")], "a temporary file was left behind"
+
+
+def test_the_checkpoint_loads_back_in_both_formats(stack, tmp_path):
+    run_dir, name = _run(tmp_path), _stack_name(stack)
+    runner.train(run_dir, name, progress=False)
+    _, model, run, corpus = runner.load_trained(run_dir, name)
+    train_module = __import__(f"{stack.__name__}.train", fromlist=["load_native"])
+    native = stack.build(run.model, run.dtype, **run.config)
+    train_module.load_native(native, run_dir / name / f"checkpoint{train_module.NATIVE_SUFFIX}")
+    for key, value in stack.get_weights(model).items():
+        np.testing.assert_array_equal(stack.get_weights(native)[key], value, err_msg=key)
+    again = runner.evaluate(stack, model, run, corpus, "test")
+    assert again["loss"] == pytest.approx(json.loads((run_dir / name / runner.EVAL_FILE).read_text())["loss"], abs=1e-6)
+
+
+def test_translate_decodes_and_draws_the_attention(stack, tmp_path):
+    run_dir, name = _run(tmp_path), _stack_name(stack)
+    runner.train(run_dir, name, progress=False)
+    result = runner.translate(run_dir, name, "3 4 5 6 7 8 9 10 11 12", heatmap=tmp_path / "attention.png")
+    assert len(result["output"]) == 10 and result["attention"].shape == (10, 10)
+    assert (tmp_path / "attention.png").read_bytes().startswith(b"\x89PNG")
+    with pytest.raises(ValueError, match="not in the vocabulary"):
+        runner.translate(run_dir, name, "3 4 99")
+
+
+def test_a_nan_loss_stops_with_the_step_and_keeps_the_last_good_checkpoint(stack, tmp_path, monkeypatch):
+    run_dir, name = _run(tmp_path), _stack_name(stack)
+    trainer_class = __import__(f"{stack.__name__}.train", fromlist=["Trainer"]).Trainer
+    real_step = trainer_class.step
+
+    def poisoned(self, batch, teacher_forcing=None):
+        loss = real_step(self, batch, teacher_forcing)
+        return float("nan") if len(self.grad_norms) == 7 else loss
+
+    monkeypatch.setattr(trainer_class, "step", poisoned)
+    with pytest.raises(runner.RunError, match="at step 7; stopped, the last good checkpoint \\(step 6\\)"):
+        runner.train(run_dir, name, progress=False)
+    _, metadata = safetensors_io.load(run_dir / name / runner.CHECKPOINT)
+    assert metadata["step"] == "6"
+    runner.load_trained(run_dir, name)  # still loadable
+
+
+def test_an_interrupted_run_leaves_the_last_complete_checkpoint(stack, tmp_path, monkeypatch):
+    run_dir, name = _run(tmp_path), _stack_name(stack)
+    trainer_class = __import__(f"{stack.__name__}.train", fromlist=["Trainer"]).Trainer
+    real_step = trainer_class.step
+
+    def interrupted(self, batch, teacher_forcing=None):
+        if len(self.grad_norms) == 4:
+            raise KeyboardInterrupt
+        return real_step(self, batch, teacher_forcing)
+
+    monkeypatch.setattr(trainer_class, "step", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        runner.train(run_dir, name, progress=False)
+    _, metadata = safetensors_io.load(run_dir / name / runner.CHECKPOINT)
+    assert metadata["step"] == "4"  # every 3 steps and at the end of each 4-step epoch; step 5 was interrupted
+    runner.load_trained(run_dir, name)
+    assert not [p for p in (run_dir / name).iterdir() if p.name.startswith(".")]
+
+
+def test_a_checkpoint_of_another_vocabulary_is_refused(stack, tmp_path):
+    name = _stack_name(stack)
+    first, second = _run(tmp_path / "a"), _run(tmp_path / "b")
+    runner.train(first, name, progress=False)
+    other = data.reverse_corpus(**REVERSE_DATA, vocab_size=20, seed=1)  # same sizes, another token list
+    other.src_vocab = other.tgt_vocab = data.Vocab(
+        [*other.tgt_vocab.itos[:3], *reversed(other.tgt_vocab.itos[3:])], other.tgt_vocab.specials
+    )
+    other.save(second / runner.CORPUS_DIR)
+    (second / name).mkdir()
+    (second / name / runner.CHECKPOINT).write_bytes((first / name / runner.CHECKPOINT).read_bytes())
+    with pytest.raises(ValueError, match="trained with another src vocabulary"):
+        runner.load_trained(second, name)
+
+
+def test_a_second_training_needs_force(stack, tmp_path):
+    run_dir, name = _run(tmp_path, epochs=1), _stack_name(stack)
+    runner.train(run_dir, name, progress=False)
+    with pytest.raises(runner.RunError, match="pass --force"):
+        runner.train(run_dir, name, progress=False)
+    runner.train(run_dir, name, force=True, progress=False)
+
+
+def test_the_command_line_trains_evaluates_and_translates(stack, tmp_path, capsys):
+    name, run_dir = _stack_name(stack), str(tmp_path / "cli")
+    sizes = [item for key, value in SMALL.items() for item in ("--set", f"{key}={value}")]
+    options = [item for key, value in REVERSE_DATA.items() for item in ("--data-option", f"{key}={value}")]
+    argv = ["train", "reverse_luong_dot", "--stack", name, "--run-dir", run_dir, "--batch-size", "16", "--epochs", "1", "--quiet"]
+    assert rosetta(argv + sizes[:4] + options) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["split"] == "test"  # the final metrics, one JSON line
+    assert rosetta(["evaluate", run_dir, "--stack", name, "--split", "val"]) == 0
+    assert json.loads(capsys.readouterr().out)["split"] == "val"
+    assert rosetta(["translate", run_dir, "3 4 5", "--stack", name]) == 0
+    assert len(capsys.readouterr().out.split()) == 3
+
+
+# ---- bad inputs that need no training ----
+
+
+def test_bad_run_requests_get_one_clear_error(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv(data.ENV_VAR, raising=False)
+    with pytest.raises(ValueError, match="pass --data-dir or set ROSETTA_DATA_DIR"):
+        runner.create_run(tmp_path / "a", "luong_general")
+    with pytest.raises(ValueError, match="does not exist"):
+        runner.create_run(tmp_path / "b", "luong_general", data_dir=tmp_path / "missing")
+    with pytest.raises(ValueError, match="trains nothing"):
+        runner.create_run(tmp_path / "c", "additive_attention")
+    _run(tmp_path)
+    with pytest.raises(runner.RunError, match="already holds another run"):
+        _run(tmp_path, epochs=3)
+    with pytest.raises(ValueError, match="is not a training run"):
+        runner.load_run(tmp_path)
+    with pytest.raises(ValueError, match="unknown stack"):
+        runner.import_stack("jax")
+    assert rosetta(["train", "luong_general", "--run-dir", str(tmp_path / "d"), "--data-dir", str(tmp_path / "nope")]) == 2
+    assert "does not exist" in capsys.readouterr().err
