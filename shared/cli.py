@@ -36,30 +36,44 @@ def _fixtures(args) -> int:
 
 
 def _equality(args) -> int:
-    from pathlib import Path
-
     import torch  # noqa: F401  (torch before tensorflow in one process)
 
-    from shared import equality
+    from shared import equality, training
 
     stacks = [importlib.import_module(module) for module in ("torch_impl", "tf_impl")]
-    rows, failures = {}, []
-    for name in args.models or catalogue.built():
-        for dtype in catalogue.DTYPES[::-1]:
-            try:
-                rows[name, dtype] = equality.compare_stacks(name, dtype, *stacks)
-            except AssertionError as error:
-                failures.append(str(error))
+    names = args.models or catalogue.built()
+    rows, failures = _measure(names, lambda name, dtype: equality.compare_stacks(name, dtype, *stacks))
     title = "Max |torch - tf| on the golden fixtures (outputs, loss: float64 <= 1e-12, float32 <= 1e-5 + 1e-5 rel)"
-    lines = [f"# {title}", "", *equality.maxima_table(rows), "", *(f"FAILED: {failure}" for failure in failures)]
-    text = "\n".join(lines).rstrip() + "\n"
+    sections = [(title, "equality", rows)]
+    if args.training:
+        trained, failed = _measure(names, lambda name, dtype: training.compare_training(name, dtype, *stacks))
+        trained = {key: {q: v for q, v in row.items() if q != "clipped steps"} for key, row in trained.items()}
+        steps = training.EQUALITY_STEPS
+        title = f"Max |torch - tf| after {steps} training steps (loss curve, weights: float64 <= 1e-9, float32 <= 1e-5)"
+        sections.append((title, "training", trained))
+        failures += failed
+    lines = [line for title, _, table in sections for line in (f"# {title}", "", *equality.maxima_table(table), "")]
+    text = "\n".join([*lines, *(f"FAILED: {failure}" for failure in failures)]).rstrip() + "\n"
     print(text, end="")
     if args.output:
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)
         write_atomic(args.output, text.encode())
     if args.readme and not failures:
-        _replace_block(Path(args.readme), "equality", "\n".join(equality.maxima_table(rows)))
+        for _, block, table in sections:
+            _replace_block(Path(args.readme), block, "\n".join(equality.maxima_table(table)))
     return 1 if failures else 0
+
+
+def _measure(names: list[str], compare) -> tuple[dict, list[str]]:
+    """`compare(name, dtype)` for every model and dtype: the maxima by (name, dtype), and the failures."""
+    rows, failures = {}, []
+    for name in names:
+        for dtype in catalogue.DTYPES[::-1]:
+            try:
+                rows[name, dtype] = compare(name, dtype)
+            except AssertionError as error:
+                failures.append(str(error))
+    return rows, failures
 
 
 def _replace_block(path, block: str, text: str) -> None:
@@ -146,6 +160,23 @@ def _translate(args) -> int:
     return 0
 
 
+def _reproduction(args) -> int:
+    from shared import reproduction
+
+    for run_dir in args.runs:
+        for stack in ("torch", "tf"):
+            if (Path(run_dir) / stack / "loss.jsonl").is_file():
+                print(f"summary: {reproduction.write_summary(run_dir, stack, args.results)}")
+    summaries = reproduction.load_summaries(args.results)
+    text = reproduction.render(summaries)
+    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(args.output, text.encode())
+    if args.readme:
+        _replace_block(Path(args.readme), "reproduction", "\n".join(reproduction.table(summaries)))
+    print(text)
+    return 0
+
+
 def _add_train(commands) -> None:
     train = commands.add_parser("train", help="train a catalogue model in one stack or both (same initial weights, same batches)")
     train.add_argument("model", help="catalogue name (rosetta models)")
@@ -183,6 +214,12 @@ def _add_train(commands) -> None:
     translate.add_argument("--stack", choices=["torch", "tf"], required=True)
     translate.add_argument("--heatmap", help="write the attention heatmap to this PNG")
     translate.set_defaults(func=_translate)
+    reproduce = commands.add_parser("reproduction", help="summarise trained runs and tabulate them beside the documents' figures")
+    reproduce.add_argument("runs", nargs="*", help="run folders to summarise (their trained stacks)")
+    reproduce.add_argument("--results", default="reports/training", help="where the summaries live")
+    reproduce.add_argument("--output", default="reports/reproduction.md")
+    reproduce.add_argument("--readme", help="also fill the table into this README's reproduction block")
+    reproduce.set_defaults(func=_reproduction)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -197,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     equality.add_argument("models", nargs="*", help="catalogue names (default: every built model)")
     equality.add_argument("--output", help="also write the markdown table to this file")
     equality.add_argument("--readme", help="also fill the table into this README's results block")
+    equality.add_argument("--training", action="store_true", help="also train both stacks 200 steps per model and compare")
     equality.set_defaults(func=_equality)
     _add_train(commands)
     args = parser.parse_args(argv)

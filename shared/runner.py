@@ -42,8 +42,9 @@ RUN_FORMAT = "rosetta-run/1"
 
 # The documents' training setups (batch size, epochs, optimiser, clipping, teacher forcing), by document.
 DOCUMENT_TRAINING = {
-    # document 001 shows no training loop: Adam's defaults, the document's batch of 32, no clipping (ours)
-    "001": {"batch_size": 32, "epochs": 10, "spec": TrainSpec(clip_norm=None)},
+    # document 001 shows no training loop; ours: its batch of 32, Adam at lr 5e-4, clip 1.0 (measured with
+    # reverse_bahdanau: Adam's default 1e-3 without clipping oscillates and ends at 88% sequence accuracy)
+    "001": {"batch_size": 32, "epochs": 10, "spec": TrainSpec(lr=5e-4, clip_norm=1.0)},
     # Ben Trevett's tutorial for this architecture: Adam, clip 1, teacher forcing 0.5, batch 128, 10 epochs
     "002": {"batch_size": 128, "epochs": 10, "spec": TrainSpec(clip_norm=1.0, teacher_force_ratio=0.5)},
     # document 003: Adam, clip 1.0, 10 epochs, batch 128, Model.forward's teacher_force_ratio 0.5
