@@ -52,6 +52,7 @@ def _equality(args) -> int:
         title = f"Max |torch - tf| after {steps} training steps (loss curve, weights: float64 <= 1e-9, float32 <= 1e-5)"
         sections.append((title, "training", trained))
         failures += failed
+        sections.append(_drift_section(stacks, training))
     lines = [line for title, _, table in sections for line in (f"# {title}", "", *equality.maxima_table(table), "")]
     text = "\n".join([*lines, *(f"FAILED: {failure}" for failure in failures)]).rstrip() + "\n"
     print(text, end="")
@@ -62,6 +63,18 @@ def _equality(args) -> int:
         for _, block, table in sections:
             _replace_block(Path(args.readme), block, "\n".join(equality.maxima_table(table)))
     return 1 if failures else 0
+
+
+DRIFT_MODELS = ("reverse_bahdanau", "luong_general", "tf_tutorial")
+
+
+def _drift_section(stacks, training) -> tuple[str, str, dict]:
+    """How far the naive Keras setups drift from torch over the same 200 steps (float64: no rounding excuse)."""
+    rows = {}
+    for setup in training.NAIVE_SETUPS:
+        for name in DRIFT_MODELS:
+            rows[f"{name}: {setup}", "float64"] = training.drift(name, "float64", *stacks, setup)
+    return f"Drift of the naive Keras setups, max |torch - tf| after {training.EQUALITY_STEPS} steps", "drift", rows
 
 
 def _measure(names: list[str], compare) -> tuple[dict, list[str]]:

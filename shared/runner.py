@@ -132,20 +132,20 @@ def create_run(run_dir, model: str, data_dir=None, overrides: dict | None = None
 
     An existing run.json must describe the same run (then this returns it): a folder never holds two runs.
     """
-    run_dir = Path(run_dir)
-    dataset = data.dataset_for_model(model)
-    defaults = document_defaults(model)
-    corpus = data.load_corpus(dataset, data_dir, cache_dir=run_dir / CORPUS_DIR, **(corpus_options or {}))
-    spec = catalogue.get(model)
-    config = catalogue.resolve_config(
-        spec, settings.get("dtype", "float32"), {**corpus.vocab_overrides(model), **(overrides or {})}
-    )
+    run_dir, dataset, defaults = Path(run_dir), data.dataset_for_model(model), document_defaults(model)
+    cache = run_dir / CORPUS_DIR
+    saved = (cache / data.CORPUS_FILE).is_file()
+    corpus = data.load_corpus(dataset, data_dir, cache_dir=cache if saved else None, **(corpus_options or {}))
+    sizes = {**corpus.vocab_overrides(model), **(overrides or {})}
+    config = catalogue.resolve_config(catalogue.get(model), settings.get("dtype", "float32"), sizes)
     run = RunConfig(model=model, dataset=dataset, config=config, corpus_options=corpus.options, **{**defaults, **settings})
     existing = run_dir / RUN_FILE
     if existing.is_file():
         if load_run(run_dir) != run:
             raise RunError(f"{run_dir} already holds another run ({existing}); choose another --run-dir or delete it")
         return run
+    if not saved:  # only now: a request refused above leaves no folder behind
+        corpus.save(cache)
     write_atomic(existing, (json.dumps(run.to_json(), indent=2) + "\n").encode())
     return run
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -111,8 +111,7 @@ def compare_training(name: str, dtype: str, reference, candidate, steps: int = E
     from shared.equality import assert_close
 
     tolerance = catalogue.get(name).tolerance
-    ref = train_fixture(reference, name, dtype, steps, EQUALITY_SPEC)
-    cand = train_fixture(candidate, name, dtype, steps, candidate_spec or EQUALITY_SPEC, candidate_loss)
+    ref, cand = _train_pair(name, dtype, reference, candidate, steps, candidate_spec, candidate_loss)
     bound = tolerance.f64_curve if dtype == "float64" else tolerance.f32_curve
     maxima = {"loss curve": assert_close(cand["curve"], ref["curve"], bound, what=f"{name} loss curve")}
     zero_gradient = set(catalogue.get(name).zero_gradient_weights) if dtype == "float32" else set()
@@ -126,3 +125,24 @@ def compare_training(name: str, dtype: str, reference, candidate, steps: int = E
         assert_close(cand["weights"][key], ref["weights"][key], EQUALITY_SPEC.lr * steps, what=f"{name} {key} (zero gradient)")
     maxima["clipped steps"] = float((ref["grad_norms"] > EQUALITY_SPEC.clip_norm).sum())
     return maxima
+
+
+def _train_pair(name, dtype, reference, candidate, steps, candidate_spec=None, candidate_loss=None) -> tuple[dict, dict]:
+    ref = train_fixture(reference, name, dtype, steps, EQUALITY_SPEC)
+    return ref, train_fixture(candidate, name, dtype, steps, candidate_spec or EQUALITY_SPEC, candidate_loss)
+
+
+# The naive Keras setups whose drift the report measures (each caught by a negative control in the tests).
+NAIVE_SETUPS = {
+    "stock Keras Adam": {"optimizer": "keras_adam"},
+    "Keras clipnorm (per variable)": {"clipping": "per_variable"},
+    "Keras global_clipnorm": {"clipping": "keras_global"},
+}
+
+
+def drift(name: str, dtype: str, reference, candidate, setup: str, steps: int = EQUALITY_STEPS) -> dict[str, float]:
+    """Max |reference - candidate| of the loss curve and the trained weights when the candidate trains
+    with one of NAIVE_SETUPS instead of the spec: how far the usual Keras port drifts (no assertion)."""
+    ref, cand = _train_pair(name, dtype, reference, candidate, steps, replace(EQUALITY_SPEC, **NAIVE_SETUPS[setup]))
+    weights = max(float(np.abs(cand["weights"][key] - value).max()) for key, value in ref["weights"].items())
+    return {"loss curve": float(np.abs(cand["curve"] - ref["curve"]).max()), "trained weights": weights}

@@ -150,6 +150,9 @@ def test_bad_run_requests_get_one_clear_error(tmp_path, monkeypatch, capsys):
         runner.create_run(tmp_path / "b", "luong_general", data_dir=tmp_path / "missing")
     with pytest.raises(ValueError, match="trains nothing"):
         runner.create_run(tmp_path / "c", "additive_attention")
+    with pytest.raises(ValueError, match="has no config hidden_dim"):
+        runner.create_run(tmp_path / "e", "reverse_rnn", overrides={"hidden_dim": 3}, corpus_options=REVERSE_DATA)
+    assert not (tmp_path / "e").exists(), "a refused request left a folder behind"
     _run(tmp_path)
     with pytest.raises(runner.RunError, match="already holds another run"):
         _run(tmp_path, epochs=3)
