@@ -102,6 +102,7 @@ def table(summaries: list[dict]) -> list[str]:
     for s in summaries:
         final = s["final"] or {}
         ran = f"{s['epochs_finished']}/{s['epochs']} epochs, {s['steps']} steps" + (f", {final['split']}" if final else "")
+        ran += "".join(f"; {key}={value}" for key, value in _changed_config(s).items())
         document = runner.DOCUMENT_RESULTS.get(s["document"], {})
         reported = ", ".join(f"{key} {value}" for key, value in document.get("figures", {}).items())
         if document and document["model"] != s["model"]:
@@ -115,6 +116,12 @@ def table(summaries: list[dict]) -> list[str]:
         cells += [_number(100 * final["sequence_accuracy"], 1) + "%" if final else "-", reported or "-"]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
+
+
+def _changed_config(summary: dict) -> dict:
+    """The config entries a run changed from its document's (vocabulary sizes come from the data)."""
+    spec = catalogue.get(summary["model"])
+    return {key: value for key, value in summary["config"].items() if key not in spec.vocab_keys and spec.config[key] != value}
 
 
 def curve_table(summaries: list[dict]) -> list[str]:
