@@ -207,7 +207,7 @@ def _add_train(commands) -> None:
     train.add_argument("--teacher-force", type=float, help="teacher-forcing ratio (documents 002/003: 0.5)")
     train.add_argument("--dtype", choices=list(catalogue.DTYPES), default="float32")
     train.add_argument("--seed", type=int)
-    train.add_argument("--eval-batches", type=int, help="validation batches per epoch evaluation (default: all)")
+    train.add_argument("--eval-batches", type=int, help="batches of each evaluation, per epoch and final (default: all)")
     train.add_argument("--checkpoint-every", type=int, help="steps between checkpoints (and after every epoch)")
     train.add_argument("--set", action="append", metavar="KEY=VALUE", help="model config override, e.g. hidden_dim=256")
     train.add_argument("--data-option", action="append", metavar="KEY=VALUE", help="corpus option, e.g. train_size=20000")

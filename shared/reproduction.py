@@ -95,13 +95,14 @@ def _number(value, digits: int = 2) -> str:
 def table(summaries: list[dict]) -> list[str]:
     """Markdown: one row per summary, our figures (and the document's protocol) beside the document's own."""
     lines = [
-        "| model | doc | stack | device | ran, final split | loss | ppl | as the document measured: loss / ppl "
+        "| model | doc | stack | device | ran, final split (sentences) | loss | ppl | as the document measured: loss / ppl "
         "| BLEU | seq. acc. | document reports |",
         "|---|---|---|---|---|---:|---:|---:|---:|---:|---|",
     ]
     for s in summaries:
         final = s["final"] or {}
-        ran = f"{s['epochs_finished']}/{s['epochs']} epochs, {s['steps']} steps" + (f", {final['split']}" if final else "")
+        ran = f"{s['epochs_finished']}/{s['epochs']} epochs, {s['steps']} steps"
+        ran += f", {final['split']} ({final['sentences']})" if final else ""
         ran += "".join(f"; {key}={value}" for key, value in _changed_config(s).items())
         document = runner.DOCUMENT_RESULTS.get(s["document"], {})
         reported = ", ".join(f"{key} {value}" for key, value in document.get("figures", {}).items())

@@ -83,7 +83,8 @@ class RunConfig:
     Args:
         config: the model's constructor config (vocabulary sizes from the corpus, then overrides).
         max_steps: stop after this many steps even if epochs remain (None: every epoch).
-        eval_batches: validation batches per epoch evaluation (None: the whole split).
+        eval_batches: batches of every evaluation, per epoch and final (None: the whole split; a check
+            run that only compares loss curves sets 1).
         length_multiple: pad every batch's S and T up to a multiple (pads are masked and ignored by the
             loss): fewer distinct shapes, so tf.function traces less often.
     """
@@ -189,7 +190,7 @@ def train(run_dir, stack_name: str, force: bool = False, progress: bool = True) 
     started = time.perf_counter()
     steps = _loop(run, stack, model, trainer, corpus, out, progress)
     seconds = time.perf_counter() - started
-    result = evaluate(stack, model, run, corpus, final_split(corpus))
+    result = evaluate(stack, model, run, corpus, final_split(corpus), limit=run.eval_batches)
     result.update(stack=stack_name, device=device, steps=steps, train_seconds=seconds)
     write_atomic(out / EVAL_FILE, (json.dumps(result, indent=2) + "\n").encode())
     return result

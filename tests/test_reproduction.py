@@ -21,7 +21,8 @@ def _fake_run(tmp_path, stacks=("torch",), losses=(3.0, 2.0, 1.0, 0.5), finished
         (out / runner.LOSS_LOG).write_text("".join(json.dumps(line) + "\n" for line in lines))
         (out / runner.EVAL_LOG).write_text(json.dumps({"epoch": 0, "loss": 1.5}) + "\n")
         if finished:
-            final = {"split": "test", "loss": 0.5, "perplexity": 1.65, "token_accuracy": 0.9, "sequence_accuracy": 0.995}
+            final = {"split": "test", "sentences": 4, "loss": 0.5, "perplexity": 1.65}
+            final.update(token_accuracy=0.9, sequence_accuracy=0.995)
             (out / runner.EVAL_FILE).write_text(json.dumps({**final, "device": "cpu"}))
     return tmp_path
 
