@@ -34,6 +34,7 @@ def summarize(run_dir, stack: str) -> dict:
         raise ValueError(f"{out} has no {runner.LOSS_LOG}: this stack has not trained in {run_dir}")
     final = json.loads((out / runner.EVAL_FILE).read_text()) if (out / runner.EVAL_FILE).is_file() else None
     summary = {
+        "run": run_dir.resolve().name,
         "model": run.model,
         "document": catalogue.get(run.model).document,
         "dataset": run.dataset,
@@ -68,10 +69,10 @@ def _curve(steps: list[dict]) -> dict:
 
 
 def write_summary(run_dir, stack: str, results_dir) -> Path:
-    """Write the summary as `<results_dir>/<model>-<stack>-<cpu|gpu>.json` (atomically); its path."""
+    """Write the summary as `<results_dir>/<run folder>-<stack>-<cpu|gpu>.json` (atomically); its path."""
     summary = summarize(run_dir, stack)
     device = "gpu" if summary["device"].startswith(("cuda", "gpu")) else "cpu"
-    path = Path(results_dir) / f"{summary['model']}-{stack}-{device}.json"
+    path = Path(results_dir) / f"{summary['run']}-{stack}-{device}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, (json.dumps(summary, indent=1) + "\n").encode())
     return path
@@ -85,7 +86,7 @@ def load_summaries(results_dir) -> list[dict]:
             summaries.append(json.loads(path.read_text()))
         except json.JSONDecodeError as error:
             raise ValueError(f"{path} is not a readable summary: {error}") from None
-    return sorted(summaries, key=lambda s: (s["document"], s["model"], s["stack"]))
+    return sorted(summaries, key=lambda s: (s["document"], s["model"], s.get("run", ""), s["stack"]))
 
 
 def _number(value, digits: int = 2) -> str:
@@ -112,7 +113,8 @@ def table(summaries: list[dict]) -> list[str]:
             reported = "no figure (target: sequence accuracy >= 99%)"
         as_document = f"{_number(final.get('document_loss'))} / {_number(final.get('document_perplexity'))}"
         bleu = _number(final.get("bleu"), 1)
-        cells = [s["model"], s["document"], s["stack"], s["device"], ran, _number(final.get("loss"), 3)]
+        name = s["model"] if s.get("run", s["model"]) == s["model"] else f"{s['model']} ({s['run']})"
+        cells = [name, s["document"], s["stack"], s["device"], ran, _number(final.get("loss"), 3)]
         cells += [_number(final.get("perplexity")), as_document if document else "-", bleu]
         cells += [_number(100 * final["sequence_accuracy"], 1) + "%" if final else "-", reported or "-"]
         lines.append("| " + " | ".join(cells) + " |")
@@ -125,12 +127,19 @@ def _changed_config(summary: dict) -> dict:
     return {key: value for key, value in summary["config"].items() if key not in spec.vocab_keys and spec.config[key] != value}
 
 
+def _changed_spec(summary: dict) -> dict:
+    """The training-spec entries a run changed from its document's setup (teacher forcing, lr, ...)."""
+    document = dataclasses.asdict(runner.DOCUMENT_TRAINING[summary["document"]]["spec"])
+    return {key: value for key, value in summary["spec"].items() if document[key] != value and key != "betas"}
+
+
 def curve_table(summaries: list[dict]) -> list[str]:
     """Markdown: max |torch - tf| of the loss curves of runs trained in both stacks (float32, real batches)."""
-    rows = {(s["model"], s["dtype"]): s["curve_vs_other_stack"] for s in summaries if "curve_vs_other_stack" in s}
-    lines = ["| model | dtype | max \\|torch - tf\\| of the loss | over |", "|---|---|---:|---|"]
-    for (model, dtype), difference in rows.items():
-        lines += [f"| {model} | {dtype} | {value:.2e} | {over} |" for over, value in difference.items()]
+    rows = {(s.get("run", s["model"]), s["dtype"]): s for s in summaries if "curve_vs_other_stack" in s}
+    lines = ["| run | dtype | config changed | max \\|torch - tf\\| of the loss | over |", "|---|---|---|---:|---|"]
+    for (run, dtype), s in rows.items():
+        changed = ", ".join(f"{key}={value}" for key, value in {**_changed_config(s), **_changed_spec(s)}.items()) or "-"
+        lines += [f"| {run} | {dtype} | {changed} | {value:.2e} | {over} |" for over, value in s["curve_vs_other_stack"].items()]
     return lines
 
 
