@@ -155,10 +155,10 @@ def _child_argv(args, stack: str) -> list[str]:
 
 
 def _evaluate(args) -> int:
-    from shared import runner
+    from shared import evaluation, runner
 
     stack, model, run, corpus = runner.load_trained(args.run_dir, args.stack)
-    result = runner.evaluate(stack, model, run, corpus, args.split, limit=args.batches)
+    result = evaluation.evaluate(stack, model, run, corpus, args.split, limit=args.batches)
     print(json.dumps({"stack": args.stack, **result}, indent=2))
     return 0
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from shared import catalogue, runner
+from shared import catalogue, evaluation, runner
 from shared.atomic import write_atomic
 
 CURVE_POINTS = 200  # the loss curve of a summary: at most this many window means
@@ -105,7 +105,7 @@ def table(summaries: list[dict]) -> list[str]:
         ran = f"{s['epochs_finished']}/{s['epochs']} epochs, {s['steps']} steps"
         ran += f", {final['split']} ({final['sentences']})" if final else ""
         ran += "".join(f"; {key}={value}" for key, value in _changed_config(s).items())
-        document = runner.DOCUMENT_RESULTS.get(s["document"], {})
+        document = evaluation.DOCUMENT_RESULTS.get(s["document"], {})
         reported = ", ".join(f"{key} {value}" for key, value in document.get("figures", {}).items())
         if document and document["model"] != s["model"]:
             reported = f"(for {document['model']})"
@@ -145,7 +145,7 @@ def curve_table(summaries: list[dict]) -> list[str]:
 
 def render(summaries: list[dict]) -> str:
     """The reproduction page: results beside the documents' figures, then the cross-stack curve differences."""
-    notes = [f"- document {doc} ({r['model']}): {r['how']}." for doc, r in runner.DOCUMENT_RESULTS.items()]
+    notes = [f"- document {doc} ({r['model']}): {r['how']}." for doc, r in evaluation.DOCUMENT_RESULTS.items()]
     return "\n".join([
         "# Reproduction runs",
         "",

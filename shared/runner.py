@@ -30,9 +30,10 @@ from pathlib import Path
 
 import numpy as np
 
-from shared import catalogue, data, metrics, safetensors_io
+from shared import catalogue, data, safetensors_io
 from shared import teacher_forcing as schedules
 from shared.atomic import write_atomic
+from shared.evaluation import encode_sentence, evaluate, rerun_greedy
 from shared.training import TrainSpec
 
 RUN_FILE, INITIAL_FILE, CORPUS_DIR = "run.json", "initial.safetensors", "corpus"
@@ -51,24 +52,6 @@ DOCUMENT_TRAINING = {
     "003": {"batch_size": 128, "epochs": 10, "spec": TrainSpec(clip_norm=1.0, teacher_force_ratio=0.5)},
     # the TensorFlow tutorial: Adam (Keras defaults; eps 1e-7), no clipping, teacher forcing, batch 64, 10 epochs
     "004": {"batch_size": 64, "epochs": 10, "spec": TrainSpec(eps=1e-7, clip_norm=None)},
-}
-
-# How each document computed the loss it reports, and its figures, for the reproduction table.
-DOCUMENT_RESULTS = {
-    "003": {
-        "model": "luong_general",
-        "figures": {"test loss": 2.63, "test perplexity": 13.84},
-        "protocol": {"teacher_force_ratio": 0.5, "count_first_position": True},
-        "how": "its `step` evaluates with Model.forward's default teacher_force_ratio 0.5 and counts position 0, "
-        "whose logits are the zero row (log V per sentence); it also leaves dropout on, which we do not copy",
-    },
-    "002": {
-        "model": "bahdanau_bigru",
-        "figures": {"test perplexity": 25.6, "test BLEU": 28.3},
-        "protocol": {"teacher_force_ratio": 0.0, "count_first_position": False},
-        "how": "Ben Trevett's published figures for this architecture: evaluate with teacher forcing off, "
-        "BLEU on greedy translations of at most 50 tokens",
-    },
 }
 
 
@@ -360,111 +343,7 @@ def load_trained(run_dir, stack_name: str):
     return stack, model, run, corpus
 
 
-# ---------------------------------------------------------------- evaluation
-
-
-def evaluate(stack, model, run: RunConfig, corpus: data.Corpus, split: str, limit: int | None = None) -> dict:
-    """Metrics of one split (its first `limit` batches), in data order and eval mode (dropout off).
-
-    loss, perplexity, token_accuracy: teacher-forced, mean over non-pad targets. sequence_accuracy:
-    greedy decoding, every target token right. bleu (real data): greedy translations against the
-    untokenized-to-<unk> references. document_loss / document_perplexity: the loss as the model's
-    document computed the figure it reports (DOCUMENT_RESULTS), where it reports one.
-    """
-    batches = corpus.batches(split, run.batch_size)[:limit]
-    protocol = DOCUMENT_RESULTS.get(catalogue.get(run.model).document, {}).get("protocol")
-    totals = dict.fromkeys(("nll", "tokens", "correct", "doc_nll", "doc_tokens"), 0.0)
-    predictions, hypotheses = [], []
-    for index, batch in enumerate(batches):
-        _add_loss(totals, stack, model, run, batch, None, "")
-        if protocol:
-            forcing = _eval_schedule(run, batch, protocol["teacher_force_ratio"], index)
-            _add_loss(totals, stack, model, run, batch, forcing, "doc_", protocol["count_first_position"])
-        tokens = greedy_tokens(stack, model, run, corpus, batch)
-        predictions.append(tokens)
-        hypotheses += [corpus.tgt_vocab.decode(metrics.strip_special(row, corpus.eos_id, corpus.pad_id)) for row in tokens]
-    loss = totals["nll"] / totals["tokens"]
-    result = {"split": split, "sentences": sum(len(batch["src"]) for batch in batches), "loss": loss}
-    result.update(perplexity=metrics.perplexity(loss), token_accuracy=totals["correct"] / totals["tokens"])
-    right = [_rows_right(tokens, batch["tgt_out"], corpus.pad_id) for tokens, batch in zip(predictions, batches, strict=True)]
-    result["sequence_accuracy"] = float(np.concatenate(right).mean())
-    if corpus.references.get(split):
-        result["bleu"] = metrics.bleu(hypotheses, corpus.references[split][: len(hypotheses)])
-    if protocol:
-        document_loss = totals["doc_nll"] / totals["doc_tokens"]
-        result.update(document_loss=document_loss, document_perplexity=metrics.perplexity(document_loss))
-    return result
-
-
-def _rows_right(predictions: np.ndarray, targets: np.ndarray, pad_id: int) -> np.ndarray:
-    """Per row: is every non-pad target token predicted (metrics.sequence_accuracy's alignment)?"""
-    return np.array([metrics.sequence_accuracy(p[None], t[None], pad_id) for p, t in zip(predictions, targets, strict=True)])
-
-
-def _eval_schedule(run: RunConfig, batch: dict, ratio: float, index: int) -> np.ndarray | None:
-    if not catalogue.get(run.model).variable_length:
-        return None
-    return schedules.draw(ratio, batch["tgt_in"].shape[1] - 1, np.random.default_rng([run.seed, 3, index]))
-
-
-def _add_loss(totals: dict, stack, model, run: RunConfig, batch: dict, forcing, prefix: str, count_first=False) -> None:
-    """Add one batch's summed cross-entropy and its number of non-pad targets to `totals`.
-
-    `count_first`: also count the document's position 0, whose logits are the zero row (log V each).
-    """
-    spec = catalogue.get(run.model)
-    logits = stack.run(model, run.model, batch, teacher_forcing=forcing)["logits"].astype(np.float64)  # [B, T, V]
-    shifted = logits - logits.max(-1, keepdims=True)
-    log_probs = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))  # [B, T, V]
-    targets = batch["tgt_out"]  # [B, T]
-    valid = targets != spec.pad_id
-    nll = -np.take_along_axis(log_probs, targets[..., None], -1)[..., 0]  # [B, T]
-    totals[f"{prefix}nll"] += float(nll[valid].sum())
-    totals[f"{prefix}tokens"] += int(valid.sum())
-    if count_first:
-        totals[f"{prefix}nll"] += len(targets) * math.log(logits.shape[-1])
-        totals[f"{prefix}tokens"] += len(targets)
-    if not prefix:
-        totals["correct"] += int((logits.argmax(-1) == targets)[valid].sum())
-
-
-def greedy_tokens(stack, model, run: RunConfig, corpus: data.Corpus, batch: dict) -> np.ndarray:
-    """Greedy decoding `[B, L]`: the stack's `greedy` (documents 002-004), or for document 001's models,
-    whose decoders take the whole target at once, one `run` per step on the tokens decoded so far."""
-    if catalogue.get(run.model).variable_length:
-        return stack.greedy(model, run.model, {"src": batch["src"], "src_len": batch["src_len"]}, max_len=run.max_len)["tokens"]
-    return rerun_greedy(stack, model, run.model, batch["src"], batch["tgt_out"].shape[1], corpus.sos_id)[0]
-
-
-def rerun_greedy(stack, model, name: str, src: np.ndarray, steps: int, sos_id: int) -> tuple[np.ndarray, np.ndarray | None]:
-    """Greedy decoding by re-running the teacher-forced decoder on its own outputs: tokens `[B, steps]` and
-    the attention of the last run `[B, steps, S]` (None without attention). Exact for causal decoders."""
-    tokens = np.full((len(src), 1), sos_id, dtype=np.int64)  # [B, 1]
-    for _ in range(steps):
-        outputs = stack.run(model, name, {"src": src, "tgt_in": tokens})
-        tokens = np.concatenate([tokens, outputs["logits"][:, -1].argmax(-1)[:, None]], axis=1)  # [B, t + 2]
-    return tokens[:, 1:], outputs.get("attention")
-
-
 # ---------------------------------------------------------------- translation
-
-
-def encode_sentence(corpus: data.Corpus, sentence: str) -> tuple[np.ndarray, list[str]]:
-    """Source ids `[1, S]` and their tokens, tokenized as the corpus was: spaCy (Multi30k, with `<sos>`
-    and `<eos>`), the tutorial's preprocessing (spa-eng), or space-separated tokens (the reverse task)."""
-    if not sentence.strip():
-        raise ValueError("the sentence to translate is empty")
-    if corpus.name == "multi30k":
-        tokens = ["<sos>", *data.tokenize(data.spacy_tokenizers()[0], [sentence])[0], "<eos>"]
-    elif corpus.name == "spa_eng":
-        tokens = data.preprocess_sentence(sentence).split()
-    else:
-        tokens = sentence.split()
-    try:
-        ids = corpus.src_vocab.encode(tokens)
-    except ValueError as error:
-        raise ValueError(f"cannot translate {sentence!r}: {error}") from None
-    return np.array([ids], dtype=np.int64), tokens
 
 
 def translate(run_dir, stack_name: str, sentence: str, heatmap=None) -> dict:

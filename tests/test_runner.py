@@ -12,7 +12,7 @@ import json
 import numpy as np
 import pytest
 
-from shared import data, runner, safetensors_io
+from shared import data, evaluation, runner, safetensors_io
 from shared.cli import main as rosetta
 
 SMALL = {"embedding_dim": 8, "hidden_size": 12, "attention_size": 10}
@@ -53,7 +53,7 @@ def test_the_checkpoint_loads_back_in_both_formats(stack, tmp_path):
     train_module.load_native(native, run_dir / name / f"checkpoint{train_module.NATIVE_SUFFIX}")
     for key, value in stack.get_weights(model).items():
         np.testing.assert_array_equal(stack.get_weights(native)[key], value, err_msg=key)
-    again = runner.evaluate(stack, model, run, corpus, "test")
+    again = evaluation.evaluate(stack, model, run, corpus, "test")
     assert again["loss"] == pytest.approx(json.loads((run_dir / name / runner.EVAL_FILE).read_text())["loss"], abs=1e-6)
 
 
