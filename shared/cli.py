@@ -127,7 +127,8 @@ def _train(args) -> int:
     if args.clipping:
         spec = replace(spec, clipping=args.clipping)
     settings = {"batch_size": args.batch_size, "epochs": args.epochs, "max_steps": args.max_steps, "seed": args.seed,
-                "eval_batches": args.eval_batches, "checkpoint_every": args.checkpoint_every}  # fmt: skip
+                "eval_batches": args.eval_batches, "test_batches": args.test_batches,
+                "checkpoint_every": args.checkpoint_every}  # fmt: skip
     settings = {key: value for key, value in settings.items() if value is not None}
     run_dir = Path(args.run_dir or f"runs/{args.model}")
     run = runner.create_run(run_dir, args.model, args.data_dir, _key_values(args.set, "--set"),
@@ -207,7 +208,8 @@ def _add_train(commands) -> None:
     train.add_argument("--teacher-force", type=float, help="teacher-forcing ratio (documents 002/003: 0.5)")
     train.add_argument("--dtype", choices=list(catalogue.DTYPES), default="float32")
     train.add_argument("--seed", type=int)
-    train.add_argument("--eval-batches", type=int, help="batches of each evaluation, per epoch and final (default: all)")
+    train.add_argument("--eval-batches", type=int, help="validation batches after each epoch (default: all)")
+    train.add_argument("--test-batches", type=int, help="batches of the final evaluation (default: all)")
     train.add_argument("--checkpoint-every", type=int, help="steps between checkpoints (and after every epoch)")
     train.add_argument("--set", action="append", metavar="KEY=VALUE", help="model config override, e.g. hidden_dim=256")
     train.add_argument("--data-option", action="append", metavar="KEY=VALUE", help="corpus option, e.g. train_size=20000")

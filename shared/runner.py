@@ -66,8 +66,9 @@ class RunConfig:
     Args:
         config: the model's constructor config (vocabulary sizes from the corpus, then overrides).
         max_steps: stop after this many steps even if epochs remain (None: every epoch).
-        eval_batches: batches of every evaluation, per epoch and final (None: the whole split; a check
-            run that only compares loss curves sets 1).
+        eval_batches: batches of the validation after each epoch (None: the whole split).
+        test_batches: batches of the final evaluation (None: the whole split; a check run that only
+            compares loss curves sets 1).
         length_multiple: pad every batch's S and T up to a multiple (pads are masked and ignored by the
             loss): fewer distinct shapes, so tf.function traces less often.
     """
@@ -83,6 +84,7 @@ class RunConfig:
     seed: int = 0
     checkpoint_every: int = 200
     eval_batches: int | None = None
+    test_batches: int | None = None
     max_len: int = 50
     length_multiple: int = 8
     corpus_options: dict = field(default_factory=dict)
@@ -173,7 +175,7 @@ def train(run_dir, stack_name: str, force: bool = False, progress: bool = True) 
     started = time.perf_counter()
     steps = _loop(run, stack, model, trainer, corpus, out, progress)
     seconds = time.perf_counter() - started
-    result = evaluate(stack, model, run, corpus, final_split(corpus), limit=run.eval_batches)
+    result = evaluate(stack, model, run, corpus, final_split(corpus), limit=run.test_batches)
     result.update(stack=stack_name, device=device, steps=steps, train_seconds=seconds)
     write_atomic(out / EVAL_FILE, (json.dumps(result, indent=2) + "\n").encode())
     return result
