@@ -168,6 +168,7 @@ def train(run_dir, stack_name: str, force: bool = False, progress: bool = True) 
     for stale in (LOSS_LOG, EVAL_LOG, EVAL_FILE):
         (out / stale).unlink(missing_ok=True)
     train_module = importlib.import_module(f"{stack.__name__}.train")
+    train_module.set_seed(run.seed)  # a run is repeatable: initial weights (first stack) and dropout masks
     model = stack.build(run.model, run.dtype, **run.config)
     _start_from_initial_weights(run_dir, stack, model, run)
     model, device = train_module.place(model)
@@ -361,7 +362,9 @@ def translate(run_dir, stack_name: str, sentence: str, heatmap=None) -> dict:
     else:
         tokens, attention = rerun_greedy(stack, model, run.model, src, src.shape[1], corpus.sos_id)
         tokens, attention = tokens[0], None if attention is None else attention[0]
-    length = next((i + 1 for i, token in enumerate(tokens) if token == corpus.eos_id), len(tokens))
+    # documents 002-004 stop at <eos>; the reverse task has none and decodes one token per source token
+    ends = catalogue.get(run.model).variable_length and corpus.eos_id in tokens
+    length = list(tokens).index(corpus.eos_id) + 1 if ends else len(tokens)
     output_tokens = corpus.tgt_vocab.decode(tokens[:length])
     result = {"source": source_tokens, "output": output_tokens, "attention": None if attention is None else attention[:length]}
     if heatmap is not None:

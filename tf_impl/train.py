@@ -75,6 +75,13 @@ def train_steps(model, name: str, batches: Iterable[Mapping], spec: TrainSpec, s
     return np.array([trainer.step(batch, s) for batch, s in zip(batches, schedules or [None] * len(batches), strict=True)])
 
 
+def set_seed(seed: int) -> None:
+    """Seed Keras's generators: the initial weights `build` draws and the dropout masks of training."""
+    import keras
+
+    keras.utils.set_random_seed(seed)
+
+
 def place(model) -> tuple[object, str]:
     """TensorFlow places ops on the GPU by itself when one is visible; the model and that device's name."""
     gpus = tf.config.list_physical_devices("GPU")

@@ -65,6 +65,11 @@ def train_steps(model, name: str, batches: Iterable[Mapping], spec: TrainSpec, s
     return np.array([trainer.step(batch, s) for batch, s in zip(batches, schedules or [None] * len(batches), strict=True)])
 
 
+def set_seed(seed: int) -> None:
+    """Seed torch's generator: the initial weights `build` draws and the dropout masks of training."""
+    torch.manual_seed(seed)
+
+
 def place(model: torch.nn.Module) -> tuple[torch.nn.Module, str]:
     """The model on the GPU when one is present (the contract follows the model's device); its device name."""
     if not torch.cuda.is_available():
