@@ -175,11 +175,11 @@ def _translate(args) -> int:
 
 
 def _reproduction(args) -> int:
-    from shared import reproduction
+    from shared import reproduction, runner
 
     for run_dir in args.runs:
-        for stack in ("torch", "tf"):
-            if (Path(run_dir) / stack / "loss.jsonl").is_file():
+        for stack in runner.STACKS:
+            if (Path(run_dir) / stack / runner.LOSS_LOG).is_file():
                 print(f"summary: {reproduction.write_summary(run_dir, stack, args.results)}")
     summaries = reproduction.load_summaries(args.results)
     text = reproduction.render(summaries)

@@ -230,7 +230,7 @@ class _Progress:
 def _loop(run: RunConfig, stack, model, trainer, corpus: data.Corpus, out: Path, progress: bool) -> int:
     """Epochs of shuffled, bucketed batches; checkpoints every `checkpoint_every` steps and after each epoch.
     Returns the number of steps taken."""
-    steps_per_epoch = len(corpus.batches("train", run.batch_size))
+    steps_per_epoch = math.ceil(len(corpus.splits["train"][0]) / run.batch_size)  # batches keep the last, short one
     total = steps_per_epoch * run.epochs if run.max_steps is None else min(run.max_steps, steps_per_epoch * run.epochs)
     bar, log, step, saved = _Progress(total, progress, f"{run.model} [{stack.__name__}]"), [], 0, 0
     try:
@@ -245,7 +245,7 @@ def _loop(run: RunConfig, stack, model, trainer, corpus: data.Corpus, out: Path,
                     break
             saved = _checkpoint(stack, model, run, corpus, out, step, epoch, log)
             metrics_of_epoch = evaluate(stack, model, run, corpus, "val", limit=run.eval_batches)
-            _append_json_line(out / EVAL_LOG, {"epoch": epoch, "step": step, **metrics_of_epoch})
+            _append_json_lines(out / EVAL_LOG, [{"epoch": epoch, "step": step, **metrics_of_epoch}])
             if step == total:
                 break
     finally:
@@ -294,17 +294,16 @@ def pad_to_multiple(batch: dict, multiple: int, pad_id: int) -> dict:
     return padded
 
 
-def _append_json_line(path: Path, record: dict) -> None:
-    """Rewrite `path` with one more JSON line, atomically (the log is small; a reader never sees half a line)."""
+def _append_json_lines(path: Path, records: list[dict]) -> None:
+    """Rewrite `path` with `records` added as JSON lines, atomically (a reader never sees half a line)."""
     before = path.read_bytes() if path.is_file() else b""
-    write_atomic(path, before + (json.dumps(record) + "\n").encode())
+    write_atomic(path, before + "".join(json.dumps(record) + "\n" for record in records).encode())
 
 
 def _checkpoint(stack, model, run: RunConfig, corpus: data.Corpus, out: Path, step: int, epoch: int, log: list) -> int:
     """Write the loss log, then the stack's own file, then the canonical checkpoint (each atomically)."""
     if log:
-        before = (out / LOSS_LOG).read_bytes() if (out / LOSS_LOG).is_file() else b""
-        write_atomic(out / LOSS_LOG, before + "".join(json.dumps(record) + "\n" for record in log).encode())
+        _append_json_lines(out / LOSS_LOG, log)
         log.clear()
     train_module = importlib.import_module(f"{stack.__name__}.train")
     train_module.save_native(model, out / f"checkpoint{train_module.NATIVE_SUFFIX}")

@@ -2,7 +2,7 @@
 global-norm clipping (tf_impl/optim.py). Stock Keras Adam, per-variable `clipnorm` and `global_clipnorm`
 are options, to show their drift.
 
-Mirrors torch_impl/train.py: the same `Trainer`, `train_steps`, and checkpoints in the stack's own
+Mirrors torch_impl/train.py: the same `Trainer`, and checkpoints in the stack's own
 format (`.weights.h5`).
 """
 
@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
-import numpy as np
 import tensorflow as tf
 
 from shared import catalogue
@@ -67,12 +66,6 @@ class Trainer:
         gradients, norm = clip_grad_norm(gradients, torch_clip)
         self.optimizer.apply_gradients([(g, v) for g, v in zip(gradients, self.variables, strict=True) if g is not None])
         return loss, norm
-
-
-def train_steps(model, name: str, batches: Iterable[Mapping], spec: TrainSpec, schedules=None, loss=None) -> np.ndarray:
-    """Train on `batches` in order (one schedule per batch, or None); the loss curve, one value per step."""
-    trainer, batches = Trainer(model, name, spec, loss), list(batches)
-    return np.array([trainer.step(batch, s) for batch, s in zip(batches, schedules or [None] * len(batches), strict=True)])
 
 
 def set_seed(seed: int) -> None:

@@ -1,16 +1,15 @@
 """Training in PyTorch, following shared.training.TrainSpec: torch.optim.Adam, clip_grad_norm_.
 
-Mirrors tf_impl/train.py: the same `Trainer` (attributes and methods), `train_steps`, and checkpoints
+Mirrors tf_impl/train.py: the same `Trainer` (attributes and methods), and checkpoints
 in the stack's own format (`.pt`, a state_dict read back with `weights_only=True`).
 """
 
 from __future__ import annotations
 
 import io
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from shared import catalogue
@@ -49,20 +48,15 @@ class Trainer:
 
     def _update_step(self, tensors: dict, forced):
         """Forward in train mode (dropout on), backward, clip by the global norm, Adam step."""
+        spec = catalogue.get(self.name)
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        loss = self.loss(catalogue.get(self.name), _outputs(self.model, catalogue.get(self.name), tensors, forced), tensors)
+        loss = self.loss(spec, _outputs(self.model, spec, tensors, forced), tensors)
         loss.backward()
         max_norm = float("inf") if self.spec.clip_norm is None else self.spec.clip_norm  # inf: the norm, no scaling
         norm = torch.nn.utils.clip_grad_norm_(self.variables, max_norm)
         self.optimizer.step()
         return loss.detach(), norm
-
-
-def train_steps(model, name: str, batches: Iterable[Mapping], spec: TrainSpec, schedules=None, loss=None) -> np.ndarray:
-    """Train on `batches` in order (one schedule per batch, or None); the loss curve, one value per step."""
-    trainer, batches = Trainer(model, name, spec, loss), list(batches)
-    return np.array([trainer.step(batch, s) for batch, s in zip(batches, schedules or [None] * len(batches), strict=True)])
 
 
 def set_seed(seed: int) -> None:
