@@ -44,9 +44,13 @@ def _equality(args) -> int:
     names = args.models or catalogue.built()
     rows, failures = _measure(names, lambda name, dtype: equality.compare_stacks(name, dtype, *stacks))
     title = "Max |torch - tf| on the golden fixtures (outputs, loss: float64 <= 1e-12, float32 <= 1e-5 + 1e-5 rel)"
-    sections = [(title, "equality", rows)]
+    sections, curves = [(title, "equality", rows)], {}
     if args.training:
-        trained, failed = _measure(names, lambda name, dtype: training.compare_training(name, dtype, *stacks))
+
+        def record(name, dtype):
+            return training.compare_training(name, dtype, *stacks, curves=curves.setdefault((name, dtype), {}))
+
+        trained, failed = _measure(names, record)
         trained = {key: {q: v for q, v in row.items() if q != "clipped steps"} for key, row in trained.items()}
         steps = training.EQUALITY_STEPS
         title = f"Max |torch - tf| after {steps} training steps (loss curve, weights: float64 <= 1e-9, float32 <= 1e-5)"
@@ -62,7 +66,43 @@ def _equality(args) -> int:
     if args.readme and not failures:
         for _, block, table in sections:
             _replace_block(Path(args.readme), block, "\n".join(equality.maxima_table(table)))
+    if args.json:
+        _write_json(args.json, _equality_record(stacks, sections, curves, failures))
     return 1 if failures else 0
+
+
+def _equality_record(stacks, sections, curves: dict, failures: list[str]) -> dict:
+    """What `rosetta report` reads: the maxima as tidy rows, both training curves, the fixture attention."""
+    from shared import equality
+
+    def tidy(table):
+        return [{"model": m, "dtype": d, "quantity": q, "max_abs": v} for (m, d), row in table.items() for q, v in row.items()]
+
+    tables = {block: table for _, block, table in sections}
+    outputs = tables["equality"]
+    greedy = [
+        {"model": m, "dtype": d, "tokens_equal": True} for m, d in outputs if catalogue.get(m).variable_length
+    ]  # compare_stacks asserts equal ids: a model with different ids is a failure, not a row
+    attention = []
+    for name in sorted({m for m, _ in outputs}):
+        found = [equality.results(stack, name, "float64")["outputs"].get("attention") for stack in stacks]
+        if found[0] is not None:
+            attention.append({"model": name, "torch": found[0][0].tolist(), "tf": found[1][0].tolist()})
+    return {
+        "schema": 1,
+        "outputs": tidy(outputs),
+        "greedy": greedy,
+        "training": tidy(tables.get("training", {})),
+        "drift": tidy(tables.get("drift", {})),
+        "curves": [{"model": m, "dtype": d, "torch": c["reference"], "tf": c["candidate"]} for (m, d), c in curves.items() if c],
+        "attention": attention,
+        "failures": failures,
+    }
+
+
+def _write_json(path, record: dict) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, (json.dumps(record, indent=1, allow_nan=False) + "\n").encode())
 
 
 DRIFT_MODELS = ("reverse_bahdanau", "luong_general", "tf_tutorial")
@@ -237,6 +277,50 @@ def _add_train(commands) -> None:
     reproduce.set_defaults(func=_reproduction)
 
 
+def _bench(args) -> int:
+    from shared import bench
+
+    stacks = ["torch", "tf"] if args.stack == "both" else [args.stack]
+    threads = [int(n) for n in args.threads.split(",")] if args.threads else None
+    if threads and min(threads) < 1:
+        raise ValueError(f"--threads takes positive counts, got {args.threads!r}")
+    modes = args.modes.split(",") if args.modes else None
+    bench.run(args.profile, stacks, args.results, threads, args.models, modes)
+    return 0
+
+
+def _report(args) -> int:
+    from shared import report
+
+    written = report.write_report(args.results, args.output, equality_path=args.equality, training_dir=args.training)
+    print(f"rosetta: report written to {Path(args.output) / 'README.md'}")
+    for note in written["missing"]:
+        print(f"  missing: {note}")
+    if args.readme:
+        _replace_block(Path(args.readme), "report", written["headline"])
+    return 0
+
+
+def _add_bench_and_report(commands) -> None:
+    from shared.bench import PROFILES
+
+    bench = commands.add_parser("bench", help="time every model's train step and greedy decoding in each stack and mode")
+    bench.add_argument("--profile", choices=list(PROFILES), default="default", help="default: reverse task; full: all")
+    bench.add_argument("--stack", choices=["torch", "tf", "both"], default="both", help="one process per stack and thread count")
+    bench.add_argument("--threads", help="comma-separated CPU thread counts (default: the profile's, 1,2)")
+    bench.add_argument("--models", nargs="*", help="only these catalogue models")
+    bench.add_argument("--modes", help="only these modes, comma-separated (eager, compile, function, xla)")
+    bench.add_argument("--results", default="reports/results", help="results go to <results>/<machine>/*.json")
+    bench.set_defaults(func=_bench)
+    report = commands.add_parser("report", help="tables, CSVs and figures of every result into reports/README.md")
+    report.add_argument("--results", default="reports/results")
+    report.add_argument("--equality", default="reports/equality.json")
+    report.add_argument("--training", default="reports/training")
+    report.add_argument("--output", default="reports")
+    report.add_argument("--readme", help="also fill the headline table into this README's report block")
+    report.set_defaults(func=_report)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rosetta", description="Attention seq2seq models proved equal in PyTorch and Keras.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -250,7 +334,9 @@ def main(argv: list[str] | None = None) -> int:
     equality.add_argument("--output", help="also write the markdown table to this file")
     equality.add_argument("--readme", help="also fill the table into this README's results block")
     equality.add_argument("--training", action="store_true", help="also train both stacks 200 steps per model and compare")
+    equality.add_argument("--json", help="also write the maxima, training curves and fixture attention here (for rosetta report)")
     equality.set_defaults(func=_equality)
+    _add_bench_and_report(commands)
     _add_train(commands)
     args = parser.parse_args(argv)
     try:

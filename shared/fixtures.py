@@ -2,7 +2,8 @@
 
 Weights and batches are drawn with numpy from seeds derived from the model name, so any stack (or none)
 regenerates them byte for byte. Golden files (`shared/golden/<model>.safetensors`) add the float64
-outputs, loss and gradients computed by the torch stack; they let the `torch` and `tf` tox envs each
+outputs, loss and gradients computed by the torch stack as the documents' listings compute (built with
+`as_written=True`: the faithful reference our hoisted computation is held to); they let the `torch` and `tf` tox envs each
 check numerics without the other stack installed. `rosetta fixtures` rewrites them, `--check` verifies.
 """
 
@@ -115,9 +116,9 @@ def load_golden(name: str) -> Golden:
 
 
 def golden_bytes(name: str, stack) -> bytes:
-    """The golden file of `name` computed with `stack` (a module with the contract), in float64."""
+    """The golden file of `name` computed with `stack` (a module with the contract) as written, in float64."""
     spec = get(name)
-    model = stack.build(name, "float64", **spec.fixture_config)
+    model = stack.build(name, "float64", as_written=True, **spec.fixture_config)
     shapes = {key: array.shape for key, array in stack.get_weights(model).items()}
     weights, batch, schedule = make_weights(name, shapes), make_batch(spec), make_schedule(spec)
     stack.set_weights(model, weights)

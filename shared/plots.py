@@ -94,14 +94,10 @@ def _check_labels(tokens, what: str) -> None:
 
 def _render(panels: list[tuple[str, np.ndarray]], source_tokens, output_tokens, title) -> bytes:
     """The PNG bytes of the figure; no pyplot, no global state touched."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
     rows, columns = len(output_tokens), len(source_tokens)
     width = len(panels) * (CELL_INCHES * columns + 2.5)  # + room for the row labels and the colorbar
     height = CELL_INCHES * rows + 2.0 + (0.4 if title else 0.0)  # + room for the rotated column labels
-    figure = Figure(figsize=(max(width, 3.0), max(height, 2.5)), dpi=DPI, layout="constrained")
-    FigureCanvasAgg(figure)
+    figure = blank_figure(max(width, 3.0), max(height, 2.5))
     for index, (name, array) in enumerate(panels):
         axes = figure.add_subplot(1, len(panels), index + 1)
         image = axes.imshow(array, cmap="bone", aspect="equal", interpolation="nearest")  # [L, S]
@@ -112,6 +108,25 @@ def _render(panels: list[tuple[str, np.ndarray]], source_tokens, output_tokens, 
         figure.colorbar(image, ax=axes, shrink=0.8)
     if title:
         figure.suptitle(title, parse_math=False)
+    return png_bytes(figure)
+
+
+def blank_figure(width: float, height: float):
+    """A matplotlib `Figure` of `width` x `height` inches at DPI, constrained layout, on its own Agg canvas.
+
+    No pyplot: the figure is not registered anywhere, so nothing global is touched and it is freed with
+    its last reference.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
+    FigureCanvasAgg(figure)
+    return figure
+
+
+def png_bytes(figure) -> bytes:
+    """The PNG bytes of `figure`, without the "Software" metadata: the same figure gives the same bytes."""
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", metadata={"Software": None})
     return buffer.getvalue()

@@ -101,17 +101,20 @@ def train_fixture(stack, name: str, dtype: str, steps: int, spec: TrainSpec, los
 
 
 def compare_training(name: str, dtype: str, reference, candidate, steps: int = EQUALITY_STEPS, candidate_spec=None,
-                     candidate_loss=None) -> dict[str, float]:  # fmt: skip
+                     candidate_loss=None, curves: dict | None = None) -> dict[str, float]:  # fmt: skip
     """Assert both stacks follow the same loss curve and end at the same weights; return the maxima.
 
     The reference trains with EQUALITY_SPEC; the candidate with `candidate_spec` / `candidate_loss`
     when given (the negative controls pass Keras's stock Adam, per-variable clipping, a naive loss).
     Weights listed in the catalogue's `zero_gradient_weights` are compared to `lr * steps` in float32.
+    `curves`, when given, receives both loss curves (keys "reference", "candidate") for the report.
     """
     from shared.equality import assert_close
 
     tolerance = catalogue.get(name).tolerance
     ref, cand = _train_pair(name, dtype, reference, candidate, steps, candidate_spec, candidate_loss)
+    if curves is not None:
+        curves.update(reference=ref["curve"].tolist(), candidate=cand["curve"].tolist())
     bound = tolerance.f64_curve if dtype == "float64" else tolerance.f32_curve
     maxima = {"loss curve": assert_close(cand["curve"], ref["curve"], bound, what=f"{name} loss curve")}
     zero_gradient = set(catalogue.get(name).zero_gradient_weights) if dtype == "float32" else set()

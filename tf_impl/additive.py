@@ -17,6 +17,8 @@ class AdditiveAttention(keras.layers.Layer):
     (`query (B, Dd)`, `values (B, S, De)`).
     """
 
+    as_written = False
+
     def __init__(self, encoder_dim: int = 100, decoder_dim: int = 50, **kwargs):
         super().__init__(**kwargs)
         self.encoder_dim = encoder_dim
@@ -37,16 +39,24 @@ class AdditiveAttention(keras.layers.Layer):
         return ops.matmul(ops.tanh(weights), self.v)  # [(B,) S]
 
     def attend(self, queries, values):
-        """One query per decoder step, as the document's heatmap loop.
+        """Ours: every query at once, `W_2(values)` once (the document's heatmap loop: `attend_as_written`).
 
         Args:
             queries: `(B, T, Dd)`; values: `(B, S, De)`.
         Returns:
             context `(B, T, De)` and attention weights `(B, T, S)`.
         """
+        if self.as_written:
+            return self.attend_as_written(queries, values)
+        weights = ops.expand_dims(self.W_1(queries), 2) + ops.expand_dims(self.W_2(values), 1)  # [B, T, 1, Dd] + [B, 1, S, Dd]
+        attention = ops.softmax(ops.matmul(ops.tanh(weights), self.v), axis=-1)  # [B, T, S]
+        return ops.matmul(attention, values), attention  # [B, T, S] @ [B, S, De] -> [B, T, De]
+
+    def attend_as_written(self, queries, values):
+        """One `_get_weights` per decoder step, as the document's heatmap loop."""
         scores = ops.stack([self._get_weights(queries[:, t], values) for t in range(queries.shape[1])], 1)
         attention = ops.softmax(scores, axis=-1)  # [B, T, S]
-        return ops.matmul(attention, values), attention  # [B, T, De]
+        return ops.matmul(attention, values), attention  # [B, T, S] @ [B, S, De] -> [B, T, De]
 
     def get_config(self):
         return {**super().get_config(), "encoder_dim": self.encoder_dim, "decoder_dim": self.decoder_dim}

@@ -40,22 +40,39 @@ class Encoder(keras.layers.Layer):
 
 
 class Attention(keras.layers.Layer):
-    """Document 002, `Attention`: `fc2(tanh(fc1([s; h_i])))`, softmax over the source."""
+    """Document 002, `Attention`: `fc2(tanh(fc1([s; h_i])))`, softmax over the source.
+
+    `fc1 [s; h_i]` = `fc1[:, :Hd] s + (fc1[:, Hd:] h_i + b)`: ours computes the encoder's share once
+    (`keys`); given no keys, `call` repeats and concatenates at every step as the listing. A Keras
+    kernel is `(in, out)`: torch's column blocks `fc1[:, :Hd]`, `fc1[:, Hd:]` are `kernel[:Hd]`, `kernel[Hd:]`.
+    """
 
     def __init__(self, encoder_hidden_size: int, decoder_hidden_size: int, **kwargs):
         super().__init__(**kwargs)
+        self.decoder_hidden_size = decoder_hidden_size
         self.fc1 = keras.layers.Dense(decoder_hidden_size, name="fc1", dtype=self.dtype_policy)
         self.fc2 = keras.layers.Dense(1, name="fc2", dtype=self.dtype_policy)
 
-    def call(self, hidden, encoder_outputs, mask=None):
+    def keys(self, encoder_outputs):
+        """`fc1[:, Hd:] h_i + b` for every source step: `(B, S, 2He)` -> `(B, S, Hd)`."""
+        return ops.matmul(encoder_outputs, self.fc1.kernel[self.decoder_hidden_size :]) + self.fc1.bias
+
+    def call(self, hidden, encoder_outputs, mask=None, keys=None):
         """`hidden (B, Hd)`, `encoder_outputs (B, S, 2He)` -> weighted `(B, 2He)`, attention `(B, S)`."""
-        seq_len = encoder_outputs.shape[1]
-        hidden = ops.repeat(ops.expand_dims(hidden, 1), seq_len, axis=1)  # [B, S, Hd]
-        concat = ops.concatenate((hidden, encoder_outputs), axis=2)  # [B, S, Hd + 2He]
-        energy = ops.tanh(self.fc1(concat))  # [B, S, Hd]
+        if keys is None:
+            energy = self.energy_as_written(hidden, encoder_outputs)  # [B, S, Hd]
+        else:
+            query_share = ops.matmul(hidden, self.fc1.kernel[: self.decoder_hidden_size])  # [B, Hd]
+            energy = ops.tanh(keys + ops.expand_dims(query_share, 1))  # [B, S, Hd]
         attention = masked_softmax(ops.squeeze(self.fc2(energy), 2), mask)  # [B, S]
         weighted = ops.squeeze(ops.matmul(ops.expand_dims(attention, 1), encoder_outputs), 1)  # [B, 2He]
         return weighted, attention
+
+    def energy_as_written(self, hidden, encoder_outputs):
+        seq_len = encoder_outputs.shape[1]
+        hidden = ops.repeat(ops.expand_dims(hidden, 1), seq_len, axis=1)  # [B, S, Hd]
+        concat = ops.concatenate((hidden, encoder_outputs), axis=2)  # [B, S, Hd + 2He]
+        return ops.tanh(self.fc1(concat))  # [B, S, Hd]
 
 
 class Decoder(keras.layers.Layer):
@@ -75,17 +92,17 @@ class Decoder(keras.layers.Layer):
 
     def call(self, x, hidden, encoder_outputs, mask=None, training=False):
         """The document's signature: -> prediction `(B, V)`, hidden `(B, Hd)`."""
-        return self.step(x, hidden, encoder_outputs, mask, training)[:2]
+        fc_in, hidden, _ = self.features(x, hidden, encoder_outputs, mask, training=training)
+        return self.fc(fc_in), hidden
 
-    def step(self, x, hidden, encoder_outputs, mask=None, training=False):
-        """`x (B,)`, `hidden (B, Hd)` -> prediction `(B, V)`, hidden `(B, Hd)`, attention `(B, S)`."""
+    def features(self, x, hidden, encoder_outputs, mask=None, keys=None, training=False):
+        """`x (B,)`, `hidden (B, Hd)` -> the input of `fc` `(B, Hd + 2He + E)`, hidden `(B, Hd)`, attention `(B, S)`."""
         embedding = self.dropout(self.embedding(x), training=training)  # [B, E]
-        weighted, attention = self.attention(hidden, encoder_outputs, mask)  # [B, 2He], [B, S]
+        weighted, attention = self.attention(hidden, encoder_outputs, mask, keys)  # [B, 2He], [B, S]
         weighted_concat = ops.expand_dims(ops.concatenate((embedding, weighted), axis=1), 1)  # [B, 1, E + 2He]
         output, hidden = self.gru(weighted_concat, initial_state=hidden)  # [B, 1, Hd], [B, Hd]
         output = ops.squeeze(output, 1)  # [B, Hd]
-        fc_in = ops.concatenate((output, weighted, embedding), axis=1)  # [B, Hd + 2He + E]
-        return self.fc(fc_in), hidden, attention
+        return ops.concatenate((output, weighted, embedding), axis=1), hidden, attention  # [B, Hd + 2He + E]
 
 
 class Seq2Seq(Seq2SeqBase):
@@ -99,9 +116,12 @@ class Seq2Seq(Seq2SeqBase):
         """The document's signature: `source (S, B)`, `target (T, B)` -> outputs `(T, B, V)` (row 0 zero)."""
         return self.time_major_forward(source, target, teacher_force_ratio)
 
-    def step(self, x, hidden, memory, training=False):
-        encoder_outputs, mask = memory
-        return self.decoder.step(x, hidden, encoder_outputs, mask, training)
+    def features(self, x, hidden, memory, training=False):
+        encoder_outputs, mask, keys = memory
+        return self.decoder.features(x, hidden, encoder_outputs, mask, keys, training=training)
+
+    def project(self, features):
+        return self.decoder.fc(features)  # [..., V]
 
 
 def build_model(src_vocab_size: int, tgt_vocab_size: int, embed_dim: int, encoder_hidden_size: int,

@@ -16,16 +16,31 @@ from tf_impl.weights import get_grads, get_weights, leaves, set_weights
 __all__ = ["build", "get_weights", "set_weights", "run", "loss_and_grads", "greedy"]
 
 
-def build(name: str, dtype: str = "float32", **overrides) -> keras.Layer:
-    """The catalogue model `name` at the document's sizes (or `overrides`), its variables created."""
+def build(name: str, dtype: str = "float32", as_written: bool = False, **overrides) -> keras.Layer:
+    """The catalogue model `name` at the document's sizes (or `overrides`), its variables created.
+
+    `as_written=True` computes as the document's listing does, step by step (the speed baseline of
+    `rosetta bench`); the default hoists what does not depend on the decoder step (same function).
+    The variables are created by one call as written, where every layer is called: ours uses some
+    kernels by column block (`kernel[:H]`) without calling their layer.
+    """
     spec = catalogue.get(name)
     config = catalogue.resolve_config(spec, dtype, overrides)
     factory = getattr(importlib.import_module(f"tf_impl.{spec.module}"), spec.factory)
     model = factory(**config, dtype=dtype)
     model.rosetta_config = config
+    _set_as_written(model, True)
     _outputs(model, spec, _tensors(model, _dummy_batch(spec, config)))  # one call creates every variable
     model.built = True  # so a later model(...) does not try to build it again
+    _set_as_written(model, as_written)
     return model
+
+
+def _set_as_written(model, as_written: bool) -> None:
+    """`as_written` on the model and on every layer under it having that attribute."""
+    for layer in model._flatten_layers(include_self=True, recursive=True):
+        if hasattr(layer, "as_written"):
+            layer.as_written = bool(as_written)
 
 
 def _dummy_batch(spec: catalogue.ModelSpec, config: dict) -> dict[str, np.ndarray]:

@@ -36,7 +36,7 @@ class Attention(keras.layers.Layer):
             self.v = self.add_weight(shape=(hidden_dim,), initializer=UNIFORM, name="v")
 
     def score(self, decoder_out, encoder_outs):
-        """`decoder_out (B, H)`, `encoder_outs (B, S, H)` -> scores `(B, S)`."""
+        """As written: `decoder_out (B, H)`, `encoder_outs (B, S, H)` -> scores `(B, S)`."""
         query = ops.expand_dims(decoder_out, 1)  # [B, 1, H]
         if self.score_fn == "dot":
             return ops.sum(query * encoder_outs, axis=2)
@@ -46,8 +46,35 @@ class Attention(keras.layers.Layer):
         cat = ops.concatenate((decoder_outs, encoder_outs), axis=2)  # [B, S, 2H], on the feature axis
         return ops.sum(self.v * ops.tanh(self.w(cat)), axis=2)
 
-    def call(self, decoder_out, encoder_outs, mask=None):
-        """-> alignment `a (B, S)` and context `(B, H)` (the listing's `(a, context)` order)."""
+    def keys(self, encoder_outs):
+        """Ours: the encoder's share of every score, once: `h_s`, `W h_s + b`, or `W[:, H:] h_s + b`.
+
+        A Keras kernel is `(in, out)`: torch's column block `W[:, H:]` is `kernel[H:]`.
+        """
+        if self.score_fn == "dot":
+            return encoder_outs  # [B, S, H]
+        if self.score_fn == "general":
+            return self.w(encoder_outs)  # [B, S, H]
+        return ops.matmul(encoder_outs, self.w.kernel[encoder_outs.shape[2] :]) + self.w.bias  # [B, S, H]
+
+    def scores(self, keys, queries):
+        """Ours: `keys (B, S, H)`, `queries (B, T, H)` -> scores `(B, T, S)`."""
+        if self.score_fn != "concat":
+            return ops.matmul(queries, ops.transpose(keys, (0, 2, 1)))  # [B, T, H] @ [B, H, S]
+        query_share = ops.matmul(queries, self.w.kernel[: queries.shape[2]])  # [B, T, H]
+        # [B, T, S, H] @ [H] -> [B, T, S]
+        return ops.matmul(ops.tanh(ops.expand_dims(keys, 1) + ops.expand_dims(query_share, 2)), self.v)
+
+    def attend(self, queries, encoder_outs, mask, keys):
+        """Ours: alignment `(B, T, S)` and context `(B, T, H)` of every query at once."""
+        a = masked_softmax(self.scores(keys, queries), None if mask is None else ops.expand_dims(mask, 1))  # [B, T, S]
+        return a, ops.matmul(a, encoder_outs)  # [B, T, S] @ [B, S, H] -> [B, T, H]
+
+    def call(self, decoder_out, encoder_outs, mask=None, keys=None):
+        """-> alignment `a (B, S)` and context `(B, H)` (the listing's `(a, context)` order); keys: ours."""
+        if keys is not None:
+            a, context = self.attend(ops.expand_dims(decoder_out, 1), encoder_outs, mask, keys)  # [B, 1, S], [B, 1, H]
+            return ops.squeeze(a, 1), ops.squeeze(context, 1)
         a = masked_softmax(self.score(decoder_out, encoder_outs), mask)  # [B, S]
         context = ops.squeeze(ops.matmul(ops.expand_dims(a, 1), encoder_outs), 1)  # [B, H]
         return a, context
@@ -95,12 +122,25 @@ class Decoder(keras.layers.Layer):
         self.dropout = keras.layers.Dropout(dropout, name="dropout", dtype=dtype)
 
     def call(self, trg, hidden, encoder_out, mask=None, training=False):
-        """`trg (B,)`, (h, c) `(L, B, H)` -> logits `(B, V)`, (h, c), attention `(B, S)`."""
+        """The document's signature: `trg (B,)`, (h, c) `(L, B, H)` -> logits `(B, V)`, (h, c), attention `(B, S)`."""
+        atten_hidden, hidden, atten = self.features(trg, hidden, encoder_out, mask, training=training)
+        return self.fc(atten_hidden), hidden, atten  # softmax is in the loss
+
+    def features(self, trg, hidden, encoder_out, mask=None, keys=None, training=False):
+        """One step up to `fc`: `tanh(wc [h_t; c_t])` `(B, H)`, (h, c), attention `(B, S)`."""
         embed = self.dropout(self.embed(ops.expand_dims(trg, 1)), training=training)  # [B, 1, E]
         decoder_out, hidden = self.lstm(embed, initial_state=hidden, training=training)  # [B, 1, H]
-        atten, context = self.attention(ops.squeeze(decoder_out, 1), encoder_out, mask)  # [B, S], [B, H]
+        atten, context = self.attention(ops.squeeze(decoder_out, 1), encoder_out, mask, keys)  # [B, S], [B, H]
         atten_hidden = ops.tanh(self.wc(ops.concatenate((ops.squeeze(decoder_out, 1), context), axis=1)))  # [B, H]
-        return self.fc(atten_hidden), hidden, atten
+        return atten_hidden, hidden, atten
+
+    def features_teacher_forced(self, trg, hidden, encoder_out, mask, keys, training=False):
+        """Ours, every input known (`trg (B, T)`): no input feeding, so the LSTM runs over the whole target
+        and attention, `wc` over all steps at once -> `(B, T, H)`, attention `(B, T, S)`."""
+        embed = self.dropout(self.embed(trg), training=training)  # [B, T, E]
+        decoder_out, _ = self.lstm(embed, initial_state=hidden, training=training)  # [B, T, H]
+        atten, context = self.attention.attend(decoder_out, encoder_out, mask, keys)  # [B, T, S], [B, T, H]
+        return ops.tanh(self.wc(ops.concatenate((decoder_out, context), axis=2))), atten  # [B, T, H]
 
 
 class Model(Seq2SeqBase):
@@ -110,9 +150,17 @@ class Model(Seq2SeqBase):
         """The document's signature: `src (S, B)`, `trg (T, B)` -> outs `(T, B, V)`, outs[0] zero."""
         return self.time_major_forward(src, trg, teacher_force_ratio)
 
-    def step(self, x, hidden, memory, training=False):
-        encoder_out, mask = memory
-        return self.decoder(x, hidden, encoder_out, mask, training=training)
+    def features(self, x, hidden, memory, training=False):
+        encoder_out, mask, keys = memory
+        return self.decoder.features(x, hidden, encoder_out, mask, keys, training=training)
+
+    def project(self, features):
+        return self.decoder.fc(features)  # [..., V]
+
+    def decode_teacher_forced(self, tgt_in, hidden, memory, training=False):
+        # [B, T, H], [B, T, S]
+        features, attention = self.decoder.features_teacher_forced(tgt_in, hidden, *memory, training=training)
+        return self.project(features), attention
 
 
 def build_model(input_dim: int, output_dim: int, embed_dim: int, hidden_dim: int, n_layers: int, dropout: float,

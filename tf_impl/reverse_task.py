@@ -19,9 +19,15 @@ def _dense(units: int, name: str, dtype, use_bias: bool = True) -> keras.layers.
 
 
 class ReverseTaskBase(keras.Model):
-    """What every model of document 001 shares: embeddings and recurrent layers on both sides."""
+    """What every model of document 001 shares: embeddings and recurrent layers on both sides.
+
+    Attributes:
+        as_written: decode with the listing's own per-step computation (the speed baseline of
+            `rosetta bench`); False (ours): hoist what does not depend on the step out of the loop.
+    """
 
     rnn_factory = staticmethod(torch_gru)
+    as_written = False
 
     def __init__(self, vocab_size: int, embedding_dim: int, hidden_size: int, decoder_input_size: int, **kwargs):
         super().__init__(**kwargs)
@@ -41,11 +47,17 @@ class ReverseTaskBase(keras.Model):
 
     def decode(self, enc_inputs, dec_inputs, training=False):
         """Logits `(B, T, V)` and the attention weights of every decoder step `(B, T, S)` (None: no attention)."""
-        raise NotImplementedError
+        enc_out, enc_hidden = self.encoder(self.enc_embeddings(enc_inputs))  # [B, S, H], [B, H]
+        if self.as_written:
+            return self.decode_as_written(enc_out, enc_hidden, dec_inputs)
+        return self.decode_hoisted(enc_out, enc_hidden, self.dec_embeddings(dec_inputs))
 
 
 class ReverseTaskV0(ReverseTaskBase):
-    """Document 001, `ReverseTaskV0`: vanilla RNN encoder-decoder joined by the final encoder state."""
+    """Document 001, `ReverseTaskV0`: vanilla RNN encoder-decoder joined by the final encoder state.
+
+    The listing runs both recurrent layers over whole sequences: nothing to hoist, as written = ours.
+    """
 
     rnn_factory = staticmethod(torch_rnn)
 
@@ -53,12 +65,12 @@ class ReverseTaskV0(ReverseTaskBase):
         super().__init__(vocab_size, embedding_dim, hidden_size, decoder_input_size=embedding_dim, **kwargs)
         self.output_layer = _dense(vocab_size, "output_layer", self.dtype_policy)
 
-    def decode(self, enc_inputs, dec_inputs, training=False):
-        enc_emb = self.enc_embeddings(enc_inputs)  # [B, S, E]
-        enc_out, enc_hidden = self.encoder(enc_emb)  # [B, S, H], [B, H]
-        dec_emb = self.dec_embeddings(dec_inputs)  # [B, T, E]
+    def decode_hoisted(self, enc_out, enc_hidden, dec_emb):
         dec_out, dec_hidden = self.decoder(dec_emb, initial_state=enc_hidden)  # [B, T, H], [B, H]
         return self.output_layer(dec_out), None  # [B, T, V]
+
+    def decode_as_written(self, enc_out, enc_hidden, dec_inputs):
+        return self.decode_hoisted(enc_out, enc_hidden, self.dec_embeddings(dec_inputs))
 
 
 class BahdanauReverseTask(ReverseTaskBase):
@@ -67,12 +79,24 @@ class BahdanauReverseTask(ReverseTaskBase):
     def __init__(self, vocab_size: int, embedding_dim: int, hidden_size: int, **kwargs):
         super().__init__(vocab_size, embedding_dim, hidden_size, embedding_dim + hidden_size, **kwargs)
 
-    def decode(self, enc_inputs, dec_inputs, training=False):
-        enc_out, enc_hidden = self.encoder(self.enc_embeddings(enc_inputs))  # [B, S, H], [B, H]
-        keys = self.keys(enc_out)  # [B, S, *]
+    def decode_hoisted(self, enc_out, enc_hidden, dec_emb):
+        """Ours: the encoder's share of the score and the embeddings once, the output layer after the loop."""
+        keys = self.keys(enc_out)  # [B, S, A]
+        prev_hidden, dec_outs, attention = enc_hidden, [], []  # s_{t-1}: [B, H]
+        for t in range(dec_emb.shape[1]):
+            probs = ops.softmax(self.scores(keys, ops.expand_dims(prev_hidden, 1)), axis=-1)  # [B, 1, S]
+            context_vector = ops.matmul(probs, enc_out)  # [B, 1, S] @ [B, S, H] -> [B, 1, H]
+            s_t = ops.concatenate([dec_emb[:, t : t + 1], context_vector], axis=2)  # [B, 1, E + H]
+            dec_out_t, prev_hidden = self.decoder(s_t, initial_state=prev_hidden)  # [B, 1, H], [B, H]
+            dec_outs.append(dec_out_t)
+            attention.append(probs)
+        return self.output_layer(ops.concatenate(dec_outs, axis=1)), ops.concatenate(attention, axis=1)  # [B, T, V], [B, T, S]
+
+    def decode_as_written(self, enc_out, enc_hidden, dec_inputs):
+        """The listing's loop: the score from scratch, the embedding and the output layer at every step."""
         prev_hidden, outputs, attention = enc_hidden, [], []  # s_{t-1}: [B, H]
         for t in range(dec_inputs.shape[1]):
-            probs = ops.softmax(self.scores(keys, enc_out, prev_hidden), axis=-1)  # [B, S]
+            probs = ops.softmax(self.scores_as_written(enc_out, prev_hidden), axis=-1)  # [B, S]
             context_vector = ops.matmul(ops.expand_dims(probs, 1), enc_out)  # [B, 1, S] @ [B, S, H] -> [B, 1, H]
             emb_vector = self.dec_embeddings(dec_inputs[:, t : t + 1])  # [B, 1, E]
             s_t = ops.concatenate([emb_vector, context_vector], axis=2)  # [B, 1, E + H]
@@ -88,35 +112,77 @@ class LuongReverseTask(ReverseTaskBase):
     def __init__(self, vocab_size: int, embedding_dim: int, hidden_size: int, **kwargs):
         super().__init__(vocab_size, embedding_dim, hidden_size, embedding_dim, **kwargs)
 
-    def decode(self, enc_inputs, dec_inputs, training=False):
-        enc_out, enc_hidden = self.encoder(self.enc_embeddings(enc_inputs))  # [B, S, H], [B, H]
-        keys = self.keys(enc_out)  # [B, S, *]
+    def decode_hoisted(self, enc_out, enc_hidden, dec_emb):
+        """Ours: the decoder's input never depends on attention, so the GRU runs over the whole target
+        at once and attention scores every step in one product."""
+        dec_out, _ = self.decoder(dec_emb, initial_state=enc_hidden)  # [B, T, H]
+        probs = ops.softmax(self.scores(self.keys(enc_out), dec_out), axis=-1)  # [B, T, S]
+        context_vector = ops.matmul(probs, enc_out)  # [B, T, S] @ [B, S, H] -> [B, T, H]
+        return self.output_layer(ops.concatenate([dec_out, context_vector], axis=2)), probs  # [B, T, V], [B, T, S]
+
+    def decode_as_written(self, enc_out, enc_hidden, dec_inputs):
+        """The listing's loop: one GRU step, one score, one output layer per target position."""
+        keys = self.keys_as_written(enc_out)  # [B, S, *]
         prev_hidden, outputs, attention = enc_hidden, [], []
         for t in range(dec_inputs.shape[1]):
             emb_vector = self.dec_embeddings(dec_inputs[:, t : t + 1])  # [B, 1, E]
             dec_out, prev_hidden = self.decoder(emb_vector, initial_state=prev_hidden)  # [B, 1, H], [B, H]
-            probs = ops.softmax(self.scores(keys, enc_out, prev_hidden), axis=-1)  # [B, S]
+            probs = ops.softmax(self.scores_as_written(keys, prev_hidden), axis=-1)  # [B, S]
             context_vector = ops.matmul(ops.expand_dims(probs, 1), enc_out)  # [B, 1, H]
             outputs.append(self.output_layer(ops.concatenate([dec_out, context_vector], axis=2)))  # [B, 1, V]
             attention.append(probs)
         return ops.concatenate(outputs, axis=1), ops.stack(attention, axis=1)  # [B, T, V], [B, T, S]
 
+    def keys_as_written(self, enc_out):
+        return enc_out  # [B, S, H]
+
+
+def dot_scores(keys, states):
+    """`s_t . k_i` for every decoder and source step: `(B, S, K)`, `(B, T, K)` -> `(B, T, S)`."""
+    return ops.matmul(states, ops.transpose(keys, (0, 2, 1)))  # [B, T, K] @ [B, K, S]
+
+
+def additive_scores(v, keys, queries):
+    """`v . tanh(k_i + q_t)`: `(B, S, A)`, `(B, T, A)` -> `(B, T, S)`."""
+    return ops.squeeze(v(ops.tanh(ops.expand_dims(keys, 1) + ops.expand_dims(queries, 2))), -1)  # [B, T, S, A] -> [B, T, S]
+
 
 def concat_scores(W_a, v, enc_out, state):
-    """`v . tanh(W_a [s; h_i])` for every source step: `(B, H)`, `(B, S, H)` -> `(B, S)`."""
+    """As written: `v . tanh(W_a [s; h_i])` for every source step: `(B, H)`, `(B, S, H)` -> `(B, S)`."""
     states = ops.broadcast_to(ops.expand_dims(state, 1), ops.shape(enc_out))  # [B, S, H]
-    return ops.squeeze(v(ops.tanh(W_a(ops.concatenate([states, enc_out], axis=2)))), -1)  # [B, S]
+    return ops.squeeze(v(ops.tanh(W_a(ops.concatenate([states, enc_out], axis=2)))), -1)  # [B, S, 2H] -> [B, S]
 
 
-def dot_scores(keys, state):
-    """`s . k_i` for every source step: `(B, S, H)`, `(B, H)` -> `(B, S)`."""
-    return ops.squeeze(ops.matmul(keys, ops.expand_dims(state, 2)), 2)  # [B, S, H] @ [B, H, 1] -> [B, S]
+class DotScore:
+    """`s_t . k_i` with keys `k_i` = `h_i` (dot) or `W h_i` (general)."""
+
+    def scores(self, keys, states):
+        return dot_scores(keys, states)  # [B, T, S]
+
+    def scores_as_written(self, keys, state):
+        return ops.squeeze(ops.matmul(keys, ops.expand_dims(state, 2)), 2)  # [B, S, H] @ [B, H, 1] -> [B, S]
+
+
+class ConcatScore:
+    """`v . tanh(W_a [s; h_i])` split as `W_a[:, :H] s + (W_a[:, H:] h_i + b)`: the encoder's share once.
+
+    A Keras kernel is `(in, out)`: torch's column blocks `W_a[:, :H]`, `W_a[:, H:]` are `kernel[:H]`, `kernel[H:]`.
+    """
+
+    def keys(self, enc_out):
+        return ops.matmul(enc_out, self.W_a.kernel[self.hidden_size :]) + self.W_a.bias  # [B, S, A]
+
+    def scores(self, keys, states):
+        return additive_scores(self.v, keys, ops.matmul(states, self.W_a.kernel[: self.hidden_size]))  # [B, T, S]
+
+    def scores_as_written(self, enc_out, state):
+        return concat_scores(self.W_a, self.v, enc_out, state)  # [B, S]
 
 
 class ReverseTaskV6(BahdanauReverseTask):
     """Document 001, `ReverseTaskV6`: Bahdanau additive attention, `v . tanh(W_h h_i + W_s s_{t-1})`.
 
-    The listing recomputes `W_h(enc_out)` at every decoder step; it is computed once here (same values).
+    The listing recomputes `W_h(enc_out)` at every decoder step (`decode_as_written`); ours once.
     """
 
     def __init__(
@@ -132,12 +198,15 @@ class ReverseTaskV6(BahdanauReverseTask):
     def keys(self, enc_out):
         return self.W_h(enc_out)  # [B, S, A]
 
-    def scores(self, keys, enc_out, state):
-        add_projections = ops.tanh(keys + ops.expand_dims(self.W_s(state), 1))  # [B, S, A] + [B, 1, A]
-        return ops.squeeze(self.v(add_projections), -1)  # [B, S]
+    def scores(self, keys, states):
+        return additive_scores(self.v, keys, self.W_s(states))  # [B, T, S]
+
+    def scores_as_written(self, enc_out, state):
+        enc_proj = self.W_h(enc_out)  # [B, S, A], at every step as the listing
+        return ops.squeeze(self.v(ops.tanh(enc_proj + ops.expand_dims(self.W_s(state), 1))), -1)  # [B, S]
 
 
-class ReverseTaskBahdanauConcat(BahdanauReverseTask):
+class ReverseTaskBahdanauConcat(ConcatScore, BahdanauReverseTask):
     """Document 001, Bahdanau concatenative attention (formula only): `v . tanh(W_a [s_{t-1}; h_i])`."""
 
     def __init__(
@@ -149,15 +218,9 @@ class ReverseTaskBahdanauConcat(BahdanauReverseTask):
         self.v = _dense(1, "v", dtype, use_bias=False)
         self.output_layer = _dense(vocab_size, "output_layer", dtype)
 
-    def keys(self, enc_out):
-        return enc_out  # [B, S, H]
 
-    def scores(self, keys, enc_out, state):
-        return concat_scores(self.W_a, self.v, enc_out, state)  # [B, S]
-
-
-class ReverseTaskV7(LuongReverseTask):
-    """Document 001, `ReverseTaskV7`: Luong general attention, `s_t . W h_i`."""
+class ReverseTaskV7(DotScore, LuongReverseTask):
+    """Document 001, `ReverseTaskV7`: Luong general attention, `s_t . W h_i` (the listing projects once)."""
 
     def __init__(self, vocab_size: int = 20, embedding_dim: int = 64, hidden_size: int = 128, **kwargs):
         super().__init__(vocab_size, embedding_dim, hidden_size, **kwargs)
@@ -167,11 +230,10 @@ class ReverseTaskV7(LuongReverseTask):
     def keys(self, enc_out):
         return self.W(enc_out)  # [B, S, H]
 
-    def scores(self, keys, enc_out, state):
-        return dot_scores(keys, state)  # [B, S]
+    keys_as_written = keys
 
 
-class ReverseTaskV8(LuongReverseTask):
+class ReverseTaskV8(DotScore, LuongReverseTask):
     """Document 001, `ReverseTaskV8`: Luong dot attention, `s_t . h_i`."""
 
     def __init__(self, vocab_size: int = 20, embedding_dim: int = 64, hidden_size: int = 128, **kwargs):
@@ -181,11 +243,8 @@ class ReverseTaskV8(LuongReverseTask):
     def keys(self, enc_out):
         return enc_out  # [B, S, H]
 
-    def scores(self, keys, enc_out, state):
-        return dot_scores(keys, state)  # [B, S]
 
-
-class ReverseTaskLuongConcat(LuongReverseTask):
+class ReverseTaskLuongConcat(ConcatScore, LuongReverseTask):
     """Document 001, Luong concat attention (formula only): `v . tanh(W_a [s_t; h_i])`."""
 
     def __init__(
@@ -196,9 +255,3 @@ class ReverseTaskLuongConcat(LuongReverseTask):
         self.W_a = _dense(attention_size, "W_a", dtype)
         self.v = _dense(1, "v", dtype, use_bias=False)
         self.output_layer = _dense(vocab_size, "output_layer", dtype)
-
-    def keys(self, enc_out):
-        return enc_out  # [B, S, H]
-
-    def scores(self, keys, enc_out, state):
-        return concat_scores(self.W_a, self.v, enc_out, state)  # [B, S]

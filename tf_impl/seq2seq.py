@@ -49,11 +49,18 @@ def _next_input(true_token, output, forced):
 
 class Seq2SeqBase(keras.Model):
     """An encoder and a decoder, and the decoding loops over `encode(src, src_len) -> (memory, hidden)`
-    and a subclass's `step(x, hidden, memory) -> (logits (B, V), hidden, attention (B, S))`.
+    and a subclass's `features(x, hidden, memory) -> (features (B, *), hidden, attention (B, S))` and
+    `project(features) -> logits` (the output layer).
 
     Args:
         seed: of the generator the documents' `teacher_force_ratio` coin flips are drawn from.
+    Attributes:
+        as_written: decode as the document's listing, everything at every step (the speed baseline);
+            False (ours): the attention's encoder share once (`memory` keys), and when every decoder
+            input is known (no schedule) the output layer once after the loop.
     """
+
+    as_written = False
 
     def __init__(self, encoder, decoder, seed: int = 0, **kwargs):
         super().__init__(**kwargs)
@@ -62,9 +69,19 @@ class Seq2SeqBase(keras.Model):
         self.schedule_rng = np.random.default_rng(seed)
 
     def encode(self, src, src_len=None, training=False):
-        """Encoder outputs `(B, S, *)` with the padding mask `(B, S)` (the memory), and the decoder's first state."""
+        """The memory and the decoder's first state."""
         encoder_outputs, hidden = self.encoder(src, src_len, training=training)
-        return (encoder_outputs, source_mask(src_len, src.shape[1])), hidden
+        return self.memory(encoder_outputs, src_len), hidden
+
+    def memory(self, encoder_outputs, src_len):
+        """Encoder outputs `(B, S, *)`, their padding mask `(B, S)` and the attention keys (None as written)."""
+        keys = None if self.as_written else self.decoder.attention.keys(encoder_outputs)
+        return encoder_outputs, source_mask(src_len, encoder_outputs.shape[1]), keys
+
+    def step(self, x, hidden, memory, training=False):
+        """One decoder step: logits `(B, V)`, the next state, attention `(B, S)`."""
+        features, hidden, weights = self.features(x, hidden, memory, training=training)
+        return self.project(features), hidden, weights
 
     def decode(self, src, tgt_in, src_len=None, teacher_forcing=None, training=False):
         """Logits `(B, T, V)` (step t predicts the token after `tgt_in[:, t]`) and attention `(B, T, S)`.
@@ -75,6 +92,8 @@ class Seq2SeqBase(keras.Model):
             training: dropout on (torch's train mode).
         """
         memory, hidden = self.encode(src, src_len, training=training)
+        if teacher_forcing is None and not self.as_written:
+            return self.decode_teacher_forced(tgt_in, hidden, memory, training=training)
         x, logits, attention = tgt_in[:, 0], [], []  # x: [B], <sos> first
         for t in range(tgt_in.shape[1]):
             output, hidden, weights = self.step(x, hidden, memory, training=training)  # [B, V], ..., [B, S]
@@ -83,6 +102,15 @@ class Seq2SeqBase(keras.Model):
             if t + 1 < tgt_in.shape[1]:
                 x = _next_input(tgt_in[:, t + 1], output, None if teacher_forcing is None else teacher_forcing[t])
         return ops.stack(logits, 1), ops.stack(attention, 1)  # [B, T, V], [B, T, S]
+
+    def decode_teacher_forced(self, tgt_in, hidden, memory, training=False):
+        """Every input known: the loop computes features only; the output layer runs once after it."""
+        features, attention = [], []
+        for t in range(tgt_in.shape[1]):
+            feature, hidden, weights = self.features(tgt_in[:, t], hidden, memory, training=training)  # [B, *], ..., [B, S]
+            features.append(feature)
+            attention.append(weights)
+        return self.project(ops.stack(features, 1)), ops.stack(attention, 1)  # [B, T, V], [B, T, S]
 
     def translate(self, src, src_len=None, *, max_len: int, sos_id: int, eos_id: int, pad_id: int):
         """Greedy decoding (document 003's `translate`, batched): token ids `(B, L)` and attention `(B, L, S)`.

@@ -10,7 +10,7 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from tf_impl.seq2seq import Seq2SeqBase, masked_softmax, run_rnn, source_mask
+from tf_impl.seq2seq import Seq2SeqBase, masked_softmax, run_rnn
 
 
 class BahdanauAttention(keras.layers.Layer):
@@ -25,10 +25,15 @@ class BahdanauAttention(keras.layers.Layer):
         self.W2 = keras.layers.Dense(units, name="W2", dtype=self.dtype_policy)
         self.V = keras.layers.Dense(1, name="V", dtype=self.dtype_policy)
 
-    def call(self, query, values, mask=None):
+    def keys(self, values):
+        """Ours: `W1(values)` once per sequence instead of once per step: `(B, S, H)`."""
+        return self.W1(values)
+
+    def call(self, query, values, mask=None, keys=None):
         """`query (B, H)`, `values (B, S, H)` -> context `(B, H)`, attention_weights `(B, S, 1)`."""
         hidden_with_time_axis = ops.expand_dims(query, 1)  # [B, 1, H]
-        score = self.V(ops.tanh(self.W1(values) + self.W2(hidden_with_time_axis)))  # [B, S, 1]
+        values_share = self.W1(values) if keys is None else keys  # [B, S, H]; the listing: at every step
+        score = self.V(ops.tanh(values_share + self.W2(hidden_with_time_axis)))  # [B, S, 1]
         attention_weights = ops.expand_dims(masked_softmax(ops.squeeze(score, 2), mask), 2)  # [B, S, 1]
         context_vector = ops.sum(attention_weights * values, axis=1)  # [B, H]
         return context_vector, attention_weights
@@ -82,12 +87,16 @@ class Decoder(keras.layers.Layer):
 
     def call(self, x, hidden, enc_output, mask=None):
         """`x (B, 1)`, `hidden (B, H)`, `enc_output (B, S, H)` -> logits `(B, V)`, state `(B, H)`, weights `(B, S, 1)`."""
-        context_vector, attention_weights = self.attention(hidden, enc_output, mask)  # [B, H], [B, S, 1]
+        output, state, attention_weights = self.features(x, hidden, enc_output, mask)
+        return self.fc(output), state, attention_weights
+
+    def features(self, x, hidden, enc_output, mask=None, keys=None):
+        """One step up to `fc`: the GRU output `(B, H)`, state `(B, H)`, attention_weights `(B, S, 1)`."""
+        context_vector, attention_weights = self.attention(hidden, enc_output, mask, keys)  # [B, H], [B, S, 1]
         x = self.embedding(x)  # [B, 1, E]
         x = ops.concatenate([ops.expand_dims(context_vector, 1), x], axis=-1)  # [B, 1, H + E]
         output, state = self.gru(x, initial_state=hidden if self.feed_state else None)  # [B, 1, H], [B, H]
-        output = ops.reshape(output, (-1, output.shape[2]))  # [B, H]
-        return self.fc(output), state, attention_weights
+        return ops.reshape(output, (-1, output.shape[2])), state, attention_weights  # [B, H], [B, H], [B, S, 1]
 
 
 class Seq2Seq(Seq2SeqBase):
@@ -100,12 +109,15 @@ class Seq2Seq(Seq2SeqBase):
     def encode(self, src, src_len=None, training=False):
         enc_hidden = self.encoder.initialize_hidden_state(src.shape[0])  # [B, H]
         enc_output, enc_hidden = self.encoder(src, enc_hidden, src_len, training=training)  # [B, S, H], [B, H]
-        return (enc_output, source_mask(src_len, src.shape[1])), enc_hidden
+        return self.memory(enc_output, src_len), enc_hidden
 
-    def step(self, x, hidden, memory, training=False):
-        enc_output, mask = memory
-        logits, state, attention_weights = self.decoder(ops.expand_dims(x, 1), hidden, enc_output, mask)
-        return logits, state, ops.squeeze(attention_weights, 2)  # [B, V], [B, H], [B, S]
+    def features(self, x, hidden, memory, training=False):
+        enc_output, mask, keys = memory
+        output, state, attention_weights = self.decoder.features(ops.expand_dims(x, 1), hidden, enc_output, mask, keys)
+        return output, state, ops.squeeze(attention_weights, 2)  # [B, H], [B, H], [B, S]
+
+    def project(self, features):
+        return self.decoder.fc(features)  # [..., V]
 
 
 def build_model(vocab_inp_size: int, vocab_tar_size: int, embedding_dim: int, units: int, batch_sz: int,

@@ -23,29 +23,34 @@ from tf_impl.optim import clip_grad_norm, make_optimizer
 from tf_impl.weights import leaves
 
 NATIVE_SUFFIX = ".weights.h5"
+MODES = ("eager", "function", "xla")  # function: one tf.function per update; xla: compiled with jit_compile=True
 
 
 class Trainer:
     """One optimiser over a catalogue model; `step` returns the loss before the update.
 
-    The update runs as one tf.function, traced once per batch shape (a teacher-forcing schedule is a
-    tensor, so new schedules do not retrace).
+    In mode "function" (the default) the update runs as one tf.function, traced once per batch shape (a
+    teacher-forcing schedule is a tensor, so new schedules do not retrace); "xla" compiles it with XLA.
 
     Args:
         model, name: a model from `tf_impl.build` and its catalogue name.
         loss: replaces the spec's loss `(spec, outputs, tensors) -> scalar` (tests pass naive ones).
+        mode: one of MODES.
     Attributes:
         grad_norms: the global gradient norm of every step, before clipping.
     """
 
-    def __init__(self, model, name: str, spec: TrainSpec, loss=None):
-        self.model, self.name, self.spec = model, name, spec
+    def __init__(self, model, name: str, spec: TrainSpec, loss=None, mode: str = "function"):
+        if mode not in MODES:
+            raise ValueError(f"tf trains in mode {' or '.join(MODES)}, got {mode!r}")
+        self.model, self.name, self.spec, self.mode = model, name, spec, mode
         self.loss = loss or _loss
         self.variables = [variable for _, _, found in leaves(model) for variable in found.values()]
         self.optimizer = make_optimizer(spec)
         self.optimizer.build(self.variables)
         self.grad_norms: list[float] = []
-        self._update = tf.function(self._update_step)
+        self._update = self._update_step if mode == "eager" else tf.function(self._update_step, jit_compile=mode == "xla")
+        self._forward = self._forward_loss  # compiled as part of `_update`
 
     def step(self, batch: Mapping, teacher_forcing=None) -> float:
         spec, arrays, schedule = prepare(self.name, self.model.rosetta_config, batch, teacher_forcing, with_targets=True)
@@ -56,9 +61,8 @@ class Trainer:
 
     def _update_step(self, tensors: dict, forced):
         """Forward with training=True (dropout on), gradients densified, clipped by the global norm, applied."""
-        spec = catalogue.get(self.name)
         with tf.GradientTape() as tape:
-            loss = self.loss(spec, _outputs(self.model, spec, tensors, forced, training=True), tensors)
+            loss = self._forward(tensors, forced)
         # densify: an Embedding's IndexedSlices hold one slice per occurrence, and Keras's ops square each
         # slice before repeats are summed (wrong Adam second moments, wrong clipping norm)
         gradients = [None if g is None else tf.convert_to_tensor(g) for g in tape.gradient(loss, self.variables)]
@@ -66,6 +70,10 @@ class Trainer:
         gradients, norm = clip_grad_norm(gradients, torch_clip)
         self.optimizer.apply_gradients([(g, v) for g, v in zip(gradients, self.variables, strict=True) if g is not None])
         return loss, norm
+
+    def _forward_loss(self, tensors: dict, forced):
+        spec = catalogue.get(self.name)
+        return self.loss(spec, _outputs(self.model, spec, tensors, forced, training=True), tensors)
 
 
 def set_seed(seed: int) -> None:

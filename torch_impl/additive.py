@@ -17,6 +17,8 @@ class AdditiveAttention(nn.Module):
     (`query [B, Dd]`, `values [B, S, De]`).
     """
 
+    as_written = False
+
     def __init__(self, encoder_dim: int = 100, decoder_dim: int = 50):
         super().__init__()
         self.encoder_dim = encoder_dim
@@ -37,13 +39,21 @@ class AdditiveAttention(nn.Module):
         return torch.tanh(weights) @ self.v  # [(B,) S]
 
     def attend(self, queries: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """One query per decoder step, as the document's heatmap loop.
+        """Ours: every query at once, `W_2(values)` once (the document's heatmap loop: `attend_as_written`).
 
         Args:
             queries: `[B, T, Dd]`; values: `[B, S, De]`.
         Returns:
             context `[B, T, De]` and attention weights `[B, T, S]`.
         """
+        if self.as_written:
+            return self.attend_as_written(queries, values)
+        weights = self.W_1(queries).unsqueeze(2) + self.W_2(values).unsqueeze(1)  # [B, T, 1, Dd] + [B, 1, S, Dd]
+        attention = torch.softmax(torch.tanh(weights) @ self.v, dim=-1)  # [B, T, S]
+        return attention @ values, attention  # [B, T, S] @ [B, S, De] -> [B, T, De]
+
+    def attend_as_written(self, queries, values):
+        """One `_get_weights` per decoder step, as the document's heatmap loop."""
         scores = torch.stack([self._get_weights(queries[:, t], values) for t in range(queries.shape[1])], 1)
         attention = torch.softmax(scores, dim=-1)  # [B, T, S]
         return attention @ values, attention  # [B, T, S] @ [B, S, De] -> [B, T, De]

@@ -9,6 +9,7 @@ time-major signature. Listing defects fixed where they sit (each marked "fix:").
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from torch_impl.seq2seq import Seq2SeqBase, masked_softmax, run_rnn
@@ -34,22 +35,37 @@ class Encoder(nn.Module):
 
 
 class Attention(nn.Module):
-    """Document 002, `Attention`: `fc2(tanh(fc1([s; h_i])))`, softmax over the source."""
+    """Document 002, `Attention`: `fc2(tanh(fc1([s; h_i])))`, softmax over the source.
+
+    `fc1 [s; h_i]` = `fc1[:, :Hd] s + (fc1[:, Hd:] h_i + b)`: ours computes the encoder's share once
+    (`keys`); given no keys, `forward` repeats and concatenates at every step as the listing.
+    """
 
     def __init__(self, encoder_hidden_size: int, decoder_hidden_size: int):
         super().__init__()
+        self.decoder_hidden_size = decoder_hidden_size
         self.fc1 = nn.Linear(encoder_hidden_size * 2 + decoder_hidden_size, decoder_hidden_size)
         self.fc2 = nn.Linear(decoder_hidden_size, 1)
 
-    def forward(self, hidden: torch.Tensor, encoder_outputs: torch.Tensor, mask: torch.Tensor | None = None):
+    def keys(self, encoder_outputs: torch.Tensor) -> torch.Tensor:
+        """`fc1[:, Hd:] h_i + b` for every source step: `[B, S, 2He]` -> `[B, S, Hd]`."""
+        return F.linear(encoder_outputs, self.fc1.weight[:, self.decoder_hidden_size :], self.fc1.bias)
+
+    def forward(self, hidden: torch.Tensor, encoder_outputs: torch.Tensor, mask: torch.Tensor | None = None, keys=None):
         """`hidden [B, Hd]`, `encoder_outputs [B, S, 2He]` -> weighted `[B, 2He]`, attention `[B, S]`."""
-        seq_len = encoder_outputs.shape[1]
-        hidden = hidden.unsqueeze(1).repeat(1, seq_len, 1)  # [B, S, Hd]
-        concat = torch.cat((hidden, encoder_outputs), dim=2)  # fix: first argument restored; [B, S, Hd + 2He]
-        energy = torch.tanh(self.fc1(concat))  # [B, S, Hd]
+        if keys is None:
+            energy = self.energy_as_written(hidden, encoder_outputs)  # [B, S, Hd]
+        else:
+            energy = torch.tanh(keys + F.linear(hidden, self.fc1.weight[:, : self.decoder_hidden_size]).unsqueeze(1))
         attention = masked_softmax(self.fc2(energy).squeeze(2), mask)  # [B, S]
         weighted = torch.bmm(attention.unsqueeze(1), encoder_outputs).squeeze(1)  # [B, 1, S] @ [B, S, 2He] -> [B, 2He]
         return weighted, attention  # fix: the listing's weighted.permute(1, 0, 2) result was never assigned
+
+    def energy_as_written(self, hidden, encoder_outputs):
+        seq_len = encoder_outputs.shape[1]
+        hidden = hidden.unsqueeze(1).repeat(1, seq_len, 1)  # [B, S, Hd]
+        concat = torch.cat((hidden, encoder_outputs), dim=2)  # fix: first argument restored; [B, S, Hd + 2He]
+        return torch.tanh(self.fc1(concat))  # [B, S, Hd]
 
 
 class Decoder(nn.Module):
@@ -66,17 +82,17 @@ class Decoder(nn.Module):
 
     def forward(self, x, hidden, encoder_outputs, mask=None):
         """The document's signature: -> prediction `[B, V]`, hidden `[B, Hd]`."""
-        return self.step(x, hidden, encoder_outputs, mask)[:2]
+        fc_in, hidden, _ = self.features(x, hidden, encoder_outputs, mask)
+        return self.fc(fc_in), hidden
 
-    def step(self, x: torch.Tensor, hidden: torch.Tensor, encoder_outputs: torch.Tensor, mask=None):
-        """`x [B]`, `hidden [B, Hd]` -> prediction `[B, V]`, hidden `[B, Hd]`, attention `[B, S]`."""
+    def features(self, x: torch.Tensor, hidden: torch.Tensor, encoder_outputs: torch.Tensor, mask=None, keys=None):
+        """`x [B]`, `hidden [B, Hd]` -> the input of `fc` `[B, Hd + 2He + E]`, hidden `[B, Hd]`, attention `[B, S]`."""
         embedding = self.dropout(self.embedding(x))  # [B, E]
-        weighted, attention = self.attention(hidden, encoder_outputs, mask)  # [B, 2He], [B, S]
+        weighted, attention = self.attention(hidden, encoder_outputs, mask, keys)  # [B, 2He], [B, S]
         weighted_concat = torch.cat((embedding, weighted), dim=1).unsqueeze(1)  # fix: first argument; [B, 1, E + 2He]
         output, hidden = self.gru(weighted_concat, hidden.unsqueeze(0))  # [B, 1, Hd], [1, B, Hd]
         output, hidden = output.squeeze(1), hidden.squeeze(0)  # [B, Hd], [B, Hd]
-        fc_in = torch.cat((output, weighted, embedding), dim=1)  # fix: first argument; [B, Hd + 2He + E]
-        return self.fc(fc_in), hidden, attention  # fix: the listing returned an undefined `predictions`
+        return torch.cat((output, weighted, embedding), dim=1), hidden, attention  # fix: first argument
 
 
 class Seq2Seq(Seq2SeqBase):
@@ -90,9 +106,12 @@ class Seq2Seq(Seq2SeqBase):
         """The document's signature: `source [S, B]`, `target [T, B]` -> outputs `[T, B, V]` (row 0 zero)."""
         return self.time_major_forward(source, target, teacher_force_ratio)
 
-    def step(self, x, hidden, memory):
-        encoder_outputs, mask = memory
-        return self.decoder.step(x, hidden, encoder_outputs, mask)
+    def features(self, x, hidden, memory):
+        encoder_outputs, mask, keys = memory
+        return self.decoder.features(x, hidden, encoder_outputs, mask, keys)
+
+    def project(self, features):
+        return self.decoder.fc(features)  # [..., V]; fix: the listing returned an undefined `predictions`
 
 
 def build_model(src_vocab_size: int, tgt_vocab_size: int, embed_dim: int, encoder_hidden_size: int,

@@ -19,8 +19,11 @@ __all__ = ["build", "get_weights", "set_weights", "run", "loss_and_grads", "gree
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
-def build(name: str, dtype: str = "float32", **overrides) -> torch.nn.Module:
+def build(name: str, dtype: str = "float32", as_written: bool = False, **overrides) -> torch.nn.Module:
     """The catalogue model `name` at the document's sizes (or `overrides`), in eval mode.
+
+    `as_written=True` computes as the document's listing does, step by step (the speed baseline of
+    `rosetta bench`); the default hoists what does not depend on the decoder step (same function).
 
     torch modules start in train mode (dropout on); Keras calls default to training=False. Building in
     eval mode makes both stacks start alike; training code switches modes explicitly.
@@ -30,6 +33,9 @@ def build(name: str, dtype: str = "float32", **overrides) -> torch.nn.Module:
     factory = getattr(importlib.import_module(f"torch_impl.{spec.module}"), spec.factory)
     model = factory(**config).to(_DTYPES[dtype]).eval()
     model.rosetta_config = config
+    for module in model.modules():
+        if hasattr(module, "as_written"):
+            module.as_written = bool(as_written)
     return model
 
 

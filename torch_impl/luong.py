@@ -9,6 +9,7 @@ defects fixed where they sit (each marked "fix:").
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from torch_impl.seq2seq import Seq2SeqBase, masked_softmax, run_rnn
@@ -35,7 +36,7 @@ class Attention(nn.Module):
             self.v = nn.Parameter(torch.empty(hidden_dim).uniform_(-0.1, 0.1))  # the listing left it uninitialised
 
     def score(self, decoder_out: torch.Tensor, encoder_outs: torch.Tensor) -> torch.Tensor:
-        """`decoder_out [B, H]`, `encoder_outs [B, S, H]` -> scores `[B, S]`."""
+        """As written: `decoder_out [B, H]`, `encoder_outs [B, S, H]` -> scores `[B, S]`."""
         query = decoder_out.unsqueeze(1)  # [B, 1, H]
         if self.score_fn == "dot":
             return torch.sum(query * encoder_outs, dim=2)
@@ -45,8 +46,31 @@ class Attention(nn.Module):
         cat = torch.cat((decoder_outs, encoder_outs), dim=2)  # fix: feature axis (the listing concatenated on time)
         return torch.sum(self.v * torch.tanh(self.w(cat)), dim=2)  # fix: the paper's tanh, missing in the listing
 
-    def forward(self, decoder_out, encoder_outs, mask=None):
-        """-> alignment `a [B, S]` and context `[B, H]` (the listing's `(a, context)` order)."""
+    def keys(self, encoder_outs: torch.Tensor) -> torch.Tensor:
+        """Ours: the encoder's share of every score, once: `h_s`, `W h_s + b`, or `W[:, H:] h_s + b`."""
+        if self.score_fn == "dot":
+            return encoder_outs  # [B, S, H]
+        if self.score_fn == "general":
+            return self.w(encoder_outs)  # [B, S, H]
+        return F.linear(encoder_outs, self.w.weight[:, encoder_outs.shape[2] :], self.w.bias)  # [B, S, H]
+
+    def scores(self, keys: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
+        """Ours: `keys [B, S, H]`, `queries [B, T, H]` -> scores `[B, T, S]`."""
+        if self.score_fn != "concat":
+            return torch.bmm(queries, keys.transpose(1, 2))  # [B, T, H] @ [B, H, S]
+        query_share = F.linear(queries, self.w.weight[:, : queries.shape[2]])  # [B, T, H]
+        return torch.tanh(keys.unsqueeze(1) + query_share.unsqueeze(2)) @ self.v  # [B, T, S, H] @ [H] -> [B, T, S]
+
+    def attend(self, queries, encoder_outs, mask, keys):
+        """Ours: alignment `[B, T, S]` and context `[B, T, H]` of every query at once."""
+        a = masked_softmax(self.scores(keys, queries), None if mask is None else mask.unsqueeze(1))  # [B, T, S]
+        return a, torch.bmm(a, encoder_outs)  # [B, T, S] @ [B, S, H] -> [B, T, H]
+
+    def forward(self, decoder_out, encoder_outs, mask=None, keys=None):
+        """-> alignment `a [B, S]` and context `[B, H]` (the listing's `(a, context)` order); keys: ours."""
+        if keys is not None:
+            a, context = self.attend(decoder_out.unsqueeze(1), encoder_outs, mask, keys)  # [B, 1, S], [B, 1, H]
+            return a.squeeze(1), context.squeeze(1)
         a = masked_softmax(self.score(decoder_out, encoder_outs), mask)  # [B, S]
         context = torch.bmm(a.unsqueeze(1), encoder_outs).squeeze(1)  # [B, 1, S] @ [B, S, H] -> [B, H]
         return a, context
@@ -83,12 +107,25 @@ class Decoder(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, trg: torch.Tensor, hidden, encoder_out: torch.Tensor, mask=None):
-        """`trg [B]`, (h, c) `[L, B, H]` -> logits `[B, V]`, (h, c), attention `[B, S]`."""
+        """The document's signature: `trg [B]`, (h, c) `[L, B, H]` -> logits `[B, V]`, (h, c), attention `[B, S]`."""
+        atten_hidden, hidden, atten = self.features(trg, hidden, encoder_out, mask)
+        return self.fc(atten_hidden), hidden, atten  # softmax is in the loss
+
+    def features(self, trg, hidden, encoder_out, mask=None, keys=None):
+        """One step up to `fc`: `tanh(wc [h_t; c_t])` `[B, H]`, (h, c), attention `[B, S]`."""
         embed = self.dropout(self.embed(trg.unsqueeze(1)))  # [B, 1, E]
         decoder_out, hidden = self.lstm(embed, hidden)  # [B, 1, H]
-        atten, context = self.attention(decoder_out.squeeze(1), encoder_out, mask)  # [B, S], [B, H]
+        atten, context = self.attention(decoder_out.squeeze(1), encoder_out, mask, keys)  # [B, S], [B, H]
         atten_hidden = torch.tanh(self.wc(torch.cat((decoder_out.squeeze(1), context), dim=1)))  # [B, H]
-        return self.fc(atten_hidden), hidden, atten  # softmax is in the loss
+        return atten_hidden, hidden, atten
+
+    def features_teacher_forced(self, trg, hidden, encoder_out, mask, keys):
+        """Ours, every input known (`trg [B, T]`): no input feeding, so the LSTM runs over the whole target
+        and attention, `wc` over all steps at once -> `[B, T, H]`, attention `[B, T, S]`."""
+        embed = self.dropout(self.embed(trg))  # [B, T, E]
+        decoder_out, _ = self.lstm(embed, hidden)  # [B, T, H]
+        atten, context = self.attention.attend(decoder_out, encoder_out, mask, keys)  # [B, T, S], [B, T, H]
+        return torch.tanh(self.wc(torch.cat((decoder_out, context), dim=2))), atten  # [B, T, H]
 
 
 class Model(Seq2SeqBase):
@@ -98,9 +135,16 @@ class Model(Seq2SeqBase):
         """The document's signature: `src [S, B]`, `trg [T, B]` -> outs `[T, B, V]`, outs[0] zero."""
         return self.time_major_forward(src, trg, teacher_force_ratio)
 
-    def step(self, x, hidden, memory):
-        encoder_out, mask = memory
-        return self.decoder(x, hidden, encoder_out, mask)
+    def features(self, x, hidden, memory):
+        encoder_out, mask, keys = memory
+        return self.decoder.features(x, hidden, encoder_out, mask, keys)
+
+    def project(self, features):
+        return self.decoder.fc(features)  # [..., V]
+
+    def decode_teacher_forced(self, tgt_in, hidden, memory):
+        features, attention = self.decoder.features_teacher_forced(tgt_in, hidden, *memory)  # [B, T, H], [B, T, S]
+        return self.project(features), attention
 
 
 def build_model(input_dim: int, output_dim: int, embed_dim: int, hidden_dim: int, n_layers: int, dropout: float,

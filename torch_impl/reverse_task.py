@@ -10,13 +10,20 @@ so a state_dict of the document's class loads into ours with `strict=True`.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 
 class ReverseTaskBase(nn.Module):
-    """What every model of document 001 shares: embeddings and recurrent layers on both sides."""
+    """What every model of document 001 shares: embeddings and recurrent layers on both sides.
+
+    Attributes:
+        as_written: decode with the listing's own per-step computation (the speed baseline of
+            `rosetta bench`); False (ours): hoist what does not depend on the step out of the loop.
+    """
 
     rnn_class = nn.GRU
+    as_written = False
 
     def __init__(self, vocab_size: int, embedding_dim: int, hidden_size: int, decoder_input_size: int):
         super().__init__()
@@ -35,11 +42,17 @@ class ReverseTaskBase(nn.Module):
 
     def decode(self, enc_inputs, dec_inputs) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Logits `(B, T, V)` and the attention weights of every decoder step `(B, T, S)` (None: no attention)."""
-        raise NotImplementedError
+        enc_out, enc_hidden = self.encoder(self.enc_embeddings(enc_inputs))  # [B, S, H], [1, B, H]
+        if self.as_written:
+            return self.decode_as_written(enc_out, enc_hidden, dec_inputs)
+        return self.decode_hoisted(enc_out, enc_hidden, self.dec_embeddings(dec_inputs))
 
 
 class ReverseTaskV0(ReverseTaskBase):
-    """Document 001, `ReverseTaskV0`: vanilla RNN encoder-decoder joined by the final encoder state."""
+    """Document 001, `ReverseTaskV0`: vanilla RNN encoder-decoder joined by the final encoder state.
+
+    The listing runs both recurrent layers over whole sequences: nothing to hoist, as written = ours.
+    """
 
     rnn_class = nn.RNN
 
@@ -47,12 +60,12 @@ class ReverseTaskV0(ReverseTaskBase):
         super().__init__(vocab_size, embedding_dim, hidden_size, decoder_input_size=embedding_dim)
         self.output_layer = nn.Linear(in_features=hidden_size, out_features=vocab_size)
 
-    def decode(self, enc_inputs, dec_inputs):
-        enc_emb = self.enc_embeddings(enc_inputs)  # [B, S, E]
-        enc_out, enc_hidden = self.encoder(enc_emb)  # [B, S, H], [1, B, H]
-        dec_emb = self.dec_embeddings(dec_inputs)  # [B, T, E]
+    def decode_hoisted(self, enc_out, enc_hidden, dec_emb):
         dec_out, dec_hidden = self.decoder(dec_emb, enc_hidden)  # [B, T, H], [1, B, H]
         return self.output_layer(dec_out), None  # [B, T, V]
+
+    def decode_as_written(self, enc_out, enc_hidden, dec_inputs):
+        return self.decode_hoisted(enc_out, enc_hidden, self.dec_embeddings(dec_inputs))
 
 
 class BahdanauReverseTask(ReverseTaskBase):
@@ -61,13 +74,25 @@ class BahdanauReverseTask(ReverseTaskBase):
     def __init__(self, vocab_size: int, embedding_dim: int, hidden_size: int):
         super().__init__(vocab_size, embedding_dim, hidden_size, decoder_input_size=embedding_dim + hidden_size)
 
-    def decode(self, enc_inputs, dec_inputs):
-        enc_out, enc_hidden = self.encoder(self.enc_embeddings(enc_inputs))  # [B, S, H], [1, B, H]
-        keys = self.keys(enc_out)  # [B, S, *]
-        prev_hidden, outputs, attention = enc_hidden, [], []  # s_{t-1}: [1, B, H]
+    def decode_hoisted(self, enc_out, enc_hidden, dec_emb):
+        """Ours: the encoder's share of the score and the embeddings once, the output layer after the loop."""
+        keys = self.keys(enc_out)  # [B, S, A]
+        prev_hidden, dec_outs, attention = enc_hidden, [], []  # s_{t-1}: [1, B, H]
+        for t in range(dec_emb.shape[1]):
+            probs = torch.softmax(self.scores(keys, prev_hidden[-1].unsqueeze(1)), dim=-1)  # [B, 1, S]
+            context_vector = torch.bmm(probs, enc_out)  # [B, 1, S] @ [B, S, H] -> [B, 1, H]
+            s_t = torch.cat([dec_emb[:, t : t + 1], context_vector], dim=2)  # [B, 1, E + H]
+            dec_out_t, prev_hidden = self.decoder(s_t, prev_hidden)  # [B, 1, H], [1, B, H]
+            dec_outs.append(dec_out_t)
+            attention.append(probs)
+        return self.output_layer(torch.cat(dec_outs, dim=1)), torch.cat(attention, dim=1)  # [B, T, V], [B, T, S]
+
+    def decode_as_written(self, enc_out, enc_hidden, dec_inputs):
+        """The listing's loop: the score from scratch, the embedding and the output layer at every step."""
+        prev_hidden, outputs, attention = enc_hidden, [], []
         for t in range(dec_inputs.shape[1]):
-            probs = torch.softmax(self.scores(keys, enc_out, prev_hidden[-1]), dim=-1)  # [B, S]
-            context_vector = torch.bmm(probs.unsqueeze(1), enc_out)  # [B, 1, S] @ [B, S, H] -> [B, 1, H]
+            probs = torch.softmax(self.scores_as_written(enc_out, prev_hidden[-1]), dim=-1)  # [B, S]
+            context_vector = torch.bmm(probs.unsqueeze(1), enc_out)  # [B, 1, H]
             emb_vector = self.dec_embeddings(dec_inputs[:, t]).unsqueeze(1)  # [B, 1, E]
             s_t = torch.cat([emb_vector, context_vector], dim=2)  # [B, 1, E + H]
             dec_out_t, prev_hidden = self.decoder(s_t, prev_hidden)  # [B, 1, H], [1, B, H]
@@ -82,35 +107,74 @@ class LuongReverseTask(ReverseTaskBase):
     def __init__(self, vocab_size: int, embedding_dim: int, hidden_size: int):
         super().__init__(vocab_size, embedding_dim, hidden_size, decoder_input_size=embedding_dim)
 
-    def decode(self, enc_inputs, dec_inputs):
-        enc_out, enc_hidden = self.encoder(self.enc_embeddings(enc_inputs))  # [B, S, H], [1, B, H]
-        keys = self.keys(enc_out)  # [B, S, *]
+    def decode_hoisted(self, enc_out, enc_hidden, dec_emb):
+        """Ours: the decoder's input never depends on attention, so the GRU runs over the whole target
+        at once and attention scores every step in one product."""
+        dec_out, _ = self.decoder(dec_emb, enc_hidden)  # [B, T, H]
+        probs = torch.softmax(self.scores(self.keys(enc_out), dec_out), dim=-1)  # [B, T, S]
+        context_vector = torch.bmm(probs, enc_out)  # [B, T, S] @ [B, S, H] -> [B, T, H]
+        return self.output_layer(torch.cat([dec_out, context_vector], dim=2)), probs  # [B, T, V], [B, T, S]
+
+    def decode_as_written(self, enc_out, enc_hidden, dec_inputs):
+        """The listing's loop: one GRU step, one score, one output layer per target position."""
+        keys = self.keys_as_written(enc_out)  # [B, S, *]
         prev_hidden, outputs, attention = enc_hidden, [], []
         for t in range(dec_inputs.shape[1]):
             emb_vector = self.dec_embeddings(dec_inputs[:, t]).unsqueeze(1)  # [B, 1, E]
             dec_out, prev_hidden = self.decoder(emb_vector, prev_hidden)  # [B, 1, H], [1, B, H]
-            probs = torch.softmax(self.scores(keys, enc_out, prev_hidden[-1]), dim=-1)  # [B, S]
+            probs = torch.softmax(self.scores_as_written(keys, prev_hidden[-1]), dim=-1)  # [B, S]
             context_vector = torch.bmm(probs.unsqueeze(1), enc_out)  # [B, 1, H]
             outputs.append(self.output_layer(torch.cat([dec_out, context_vector], dim=2)))  # [B, 1, V]
             attention.append(probs)
         return torch.cat(outputs, dim=1), torch.stack(attention, dim=1)  # [B, T, V], [B, T, S]
 
+    def keys_as_written(self, enc_out):
+        return enc_out  # [B, S, H]
 
-def dot_scores(keys: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
-    """`s . k_i` for every source step: `[B, S, H]`, `[B, H]` -> `[B, S]`."""
-    return torch.bmm(keys, state.unsqueeze(2)).squeeze(2)  # [B, S, H] @ [B, H, 1] -> [B, S]
+
+def dot_scores(keys: torch.Tensor, states: torch.Tensor) -> torch.Tensor:
+    """`s_t . k_i` for every decoder and source step: `[B, S, K]`, `[B, T, K]` -> `[B, T, S]`."""
+    return torch.bmm(states, keys.transpose(1, 2))  # [B, T, K] @ [B, K, S]
+
+
+def additive_scores(v: nn.Linear, keys: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
+    """`v . tanh(k_i + q_t)`: `[B, S, A]`, `[B, T, A]` -> `[B, T, S]`."""
+    return v(torch.tanh(keys.unsqueeze(1) + queries.unsqueeze(2))).squeeze(-1)  # [B, T, S, A] -> [B, T, S]
 
 
 def concat_scores(W_a: nn.Linear, v: nn.Linear, enc_out: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
-    """`v . tanh(W_a [s; h_i])` for every source step: `[B, H]`, `[B, S, H]` -> `[B, S]`."""
+    """As written: `v . tanh(W_a [s; h_i])` for every source step: `[B, H]`, `[B, S, H]` -> `[B, S]`."""
     states = state.unsqueeze(1).expand(-1, enc_out.shape[1], -1)  # [B, S, H]
     return v(torch.tanh(W_a(torch.cat([states, enc_out], dim=2)))).squeeze(-1)  # [B, S, 2H] -> [B, S]
+
+
+class DotScore:
+    """`s_t . k_i` with keys `k_i` = `h_i` (dot) or `W h_i` (general)."""
+
+    def scores(self, keys, states):
+        return dot_scores(keys, states)  # [B, T, S]
+
+    def scores_as_written(self, keys, state):
+        return torch.bmm(keys, state.unsqueeze(2)).squeeze(2)  # [B, S, H] @ [B, H, 1] -> [B, S]
+
+
+class ConcatScore:
+    """`v . tanh(W_a [s; h_i])` split as `W_a[:, :H] s + (W_a[:, H:] h_i + b)`: the encoder's share once."""
+
+    def keys(self, enc_out):
+        return F.linear(enc_out, self.W_a.weight[:, self.hidden_size :], self.W_a.bias)  # [B, S, A]
+
+    def scores(self, keys, states):
+        return additive_scores(self.v, keys, F.linear(states, self.W_a.weight[:, : self.hidden_size]))  # [B, T, S]
+
+    def scores_as_written(self, enc_out, state):
+        return concat_scores(self.W_a, self.v, enc_out, state)  # [B, S]
 
 
 class ReverseTaskV6(BahdanauReverseTask):
     """Document 001, `ReverseTaskV6`: Bahdanau additive attention, `v . tanh(W_h h_i + W_s s_{t-1})`.
 
-    The listing recomputes `W_h(enc_out)` at every decoder step; it is computed once here (same values).
+    The listing recomputes `W_h(enc_out)` at every decoder step (`decode_as_written`); ours once.
     """
 
     def __init__(self, vocab_size: int = 20, embedding_dim: int = 64, hidden_size: int = 128, attention_size: int = 128):
@@ -123,12 +187,15 @@ class ReverseTaskV6(BahdanauReverseTask):
     def keys(self, enc_out):
         return self.W_h(enc_out)  # [B, S, A]
 
-    def scores(self, keys, enc_out, state):
-        add_projections = torch.tanh(keys + self.W_s(state).unsqueeze(1))  # [B, S, A] + [B, 1, A]
-        return self.v(add_projections).squeeze(-1)  # [B, S]
+    def scores(self, keys, states):
+        return additive_scores(self.v, keys, self.W_s(states))  # [B, T, S]
+
+    def scores_as_written(self, enc_out, state):
+        enc_proj = self.W_h(enc_out)  # [B, S, A], at every step as the listing
+        return self.v(torch.tanh(enc_proj + self.W_s(state).unsqueeze(1))).squeeze(-1)  # [B, S]
 
 
-class ReverseTaskBahdanauConcat(BahdanauReverseTask):
+class ReverseTaskBahdanauConcat(ConcatScore, BahdanauReverseTask):
     """Document 001, Bahdanau concatenative attention (formula only): `v . tanh(W_a [s_{t-1}; h_i])`."""
 
     def __init__(self, vocab_size: int = 20, embedding_dim: int = 64, hidden_size: int = 128, attention_size: int = 128):
@@ -137,15 +204,9 @@ class ReverseTaskBahdanauConcat(BahdanauReverseTask):
         self.v = nn.Linear(attention_size, 1, bias=False)
         self.output_layer = nn.Linear(hidden_size, vocab_size)
 
-    def keys(self, enc_out):
-        return enc_out  # [B, S, H]
 
-    def scores(self, keys, enc_out, state):
-        return concat_scores(self.W_a, self.v, enc_out, state)  # [B, S]
-
-
-class ReverseTaskV7(LuongReverseTask):
-    """Document 001, `ReverseTaskV7`: Luong general attention, `s_t . W h_i`."""
+class ReverseTaskV7(DotScore, LuongReverseTask):
+    """Document 001, `ReverseTaskV7`: Luong general attention, `s_t . W h_i` (the listing projects once)."""
 
     def __init__(self, vocab_size: int = 20, embedding_dim: int = 64, hidden_size: int = 128):
         super().__init__(vocab_size, embedding_dim, hidden_size)
@@ -155,11 +216,10 @@ class ReverseTaskV7(LuongReverseTask):
     def keys(self, enc_out):
         return self.W(enc_out)  # [B, S, H]
 
-    def scores(self, keys, enc_out, state):
-        return dot_scores(keys, state)  # [B, S]
+    keys_as_written = keys
 
 
-class ReverseTaskV8(LuongReverseTask):
+class ReverseTaskV8(DotScore, LuongReverseTask):
     """Document 001, `ReverseTaskV8`: Luong dot attention, `s_t . h_i`."""
 
     def __init__(self, vocab_size: int = 20, embedding_dim: int = 64, hidden_size: int = 128):
@@ -169,11 +229,8 @@ class ReverseTaskV8(LuongReverseTask):
     def keys(self, enc_out):
         return enc_out  # [B, S, H]
 
-    def scores(self, keys, enc_out, state):
-        return dot_scores(keys, state)  # [B, S]
 
-
-class ReverseTaskLuongConcat(LuongReverseTask):
+class ReverseTaskLuongConcat(ConcatScore, LuongReverseTask):
     """Document 001, Luong concat attention (formula only): `v . tanh(W_a [s_t; h_i])`."""
 
     def __init__(self, vocab_size: int = 20, embedding_dim: int = 64, hidden_size: int = 128, attention_size: int = 128):
@@ -181,9 +238,3 @@ class ReverseTaskLuongConcat(LuongReverseTask):
         self.W_a = nn.Linear(2 * hidden_size, attention_size)
         self.v = nn.Linear(attention_size, 1, bias=False)
         self.output_layer = nn.Linear(2 * hidden_size, vocab_size)
-
-    def keys(self, enc_out):
-        return enc_out  # [B, S, H]
-
-    def scores(self, keys, enc_out, state):
-        return concat_scores(self.W_a, self.v, enc_out, state)  # [B, S]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from torch_impl.seq2seq import Seq2SeqBase, masked_softmax, run_rnn, source_mask
+from torch_impl.seq2seq import Seq2SeqBase, masked_softmax, run_rnn
 
 
 class BahdanauAttention(nn.Module):
@@ -24,10 +24,15 @@ class BahdanauAttention(nn.Module):
         self.W2 = nn.Linear(query_dim or units, units)
         self.V = nn.Linear(units, 1)
 
-    def forward(self, query: torch.Tensor, values: torch.Tensor, mask=None):
+    def keys(self, values: torch.Tensor) -> torch.Tensor:
+        """Ours: `W1(values)` once per sequence instead of once per step: `[B, S, H]`."""
+        return self.W1(values)
+
+    def forward(self, query: torch.Tensor, values: torch.Tensor, mask=None, keys=None):
         """`query [B, H]`, `values [B, S, H]` -> context `[B, H]`, attention_weights `[B, S, 1]`."""
         hidden_with_time_axis = query.unsqueeze(1)  # [B, 1, H]
-        score = self.V(torch.tanh(self.W1(values) + self.W2(hidden_with_time_axis)))  # [B, S, 1]
+        values_share = self.W1(values) if keys is None else keys  # [B, S, H]; the listing: at every step
+        score = self.V(torch.tanh(values_share + self.W2(hidden_with_time_axis)))  # [B, S, 1]
         attention_weights = masked_softmax(score.squeeze(2), mask).unsqueeze(2)  # [B, S, 1]
         context_vector = torch.sum(attention_weights * values, dim=1)  # [B, H]
         return context_vector, attention_weights
@@ -75,12 +80,16 @@ class Decoder(nn.Module):
 
     def forward(self, x: torch.Tensor, hidden: torch.Tensor, enc_output: torch.Tensor, mask=None):
         """`x [B, 1]`, `hidden [B, H]`, `enc_output [B, S, H]` -> logits `[B, V]`, state `[B, H]`, weights `[B, S, 1]`."""
-        context_vector, attention_weights = self.attention(hidden, enc_output, mask)  # [B, H], [B, S, 1]
+        output, state, attention_weights = self.features(x, hidden, enc_output, mask)
+        return self.fc(output), state, attention_weights
+
+    def features(self, x, hidden, enc_output, mask=None, keys=None):
+        """One step up to `fc`: the GRU output `[B, H]`, state `[B, H]`, attention_weights `[B, S, 1]`."""
+        context_vector, attention_weights = self.attention(hidden, enc_output, mask, keys)  # [B, H], [B, S, 1]
         x = self.embedding(x)  # [B, 1, E]
         x = torch.cat([context_vector.unsqueeze(1), x], dim=-1)  # [B, 1, H + E]
         output, state = self.gru(x, hidden.unsqueeze(0) if self.feed_state else None)  # [B, 1, H], [1, B, H]
-        output = output.reshape(-1, output.shape[2])  # [B, H]
-        return self.fc(output), state.squeeze(0), attention_weights
+        return output.reshape(-1, output.shape[2]), state.squeeze(0), attention_weights  # [B, H], [B, H], [B, S, 1]
 
 
 class Seq2Seq(Seq2SeqBase):
@@ -93,12 +102,15 @@ class Seq2Seq(Seq2SeqBase):
     def encode(self, src, src_len=None):
         enc_hidden = self.encoder.initialize_hidden_state(src.shape[0])  # [B, H]
         enc_output, enc_hidden = self.encoder(src, enc_hidden, src_len)  # [B, S, H], [B, H]
-        return (enc_output, source_mask(src_len, src.shape[1])), enc_hidden
+        return self.memory(enc_output, src_len), enc_hidden
 
-    def step(self, x, hidden, memory):
-        enc_output, mask = memory
-        logits, state, attention_weights = self.decoder(x.unsqueeze(1), hidden, enc_output, mask)
-        return logits, state, attention_weights.squeeze(2)  # [B, V], [B, H], [B, S]
+    def features(self, x, hidden, memory):
+        enc_output, mask, keys = memory
+        output, state, attention_weights = self.decoder.features(x.unsqueeze(1), hidden, enc_output, mask, keys)
+        return output, state, attention_weights.squeeze(2)  # [B, H], [B, H], [B, S]
+
+    def project(self, features):
+        return self.decoder.fc(features)  # [..., V]
 
 
 def keras_initializers(model: nn.Module) -> nn.Module:

@@ -19,6 +19,7 @@ from shared.validation import prepare
 from torch_impl.contract import _loss, _outputs, _tensors
 
 NATIVE_SUFFIX = ".pt"
+MODES = ("eager", "compile")  # compile: torch.compile over the forward and the loss (backward through AOTAutograd)
 
 
 class Trainer:
@@ -27,18 +28,22 @@ class Trainer:
     Args:
         model, name: a model from `torch_impl.build` and its catalogue name.
         loss: replaces the spec's loss `(spec, outputs, tensors) -> scalar` (tests pass naive ones).
+        mode: one of MODES.
     Attributes:
         grad_norms: the global gradient norm of every step, before clipping.
     """
 
-    def __init__(self, model: torch.nn.Module, name: str, spec: TrainSpec, loss=None):
+    def __init__(self, model: torch.nn.Module, name: str, spec: TrainSpec, loss=None, mode: str = "eager"):
         check_torch_rule(spec)
-        self.model, self.name, self.spec = model, name, spec
+        if mode not in MODES:
+            raise ValueError(f"torch trains in mode {' or '.join(MODES)}, got {mode!r}")
+        self.model, self.name, self.spec, self.mode = model, name, spec, mode
         self.loss = loss or _loss
         self.variables = list(model.parameters())
         self.optimizer = torch.optim.Adam(self.variables, lr=spec.lr, betas=spec.betas, eps=spec.eps)
         self.grad_norms: list[float] = []
         self._update = self._update_step
+        self._forward = torch.compile(self._forward_loss) if mode == "compile" else self._forward_loss
 
     def step(self, batch: Mapping, teacher_forcing=None) -> float:
         spec, arrays, schedule = prepare(self.name, self.model.rosetta_config, batch, teacher_forcing, with_targets=True)
@@ -48,15 +53,18 @@ class Trainer:
 
     def _update_step(self, tensors: dict, forced):
         """Forward in train mode (dropout on), backward, clip by the global norm, Adam step."""
-        spec = catalogue.get(self.name)
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        loss = self.loss(spec, _outputs(self.model, spec, tensors, forced), tensors)
+        loss = self._forward(tensors, forced)
         loss.backward()
         max_norm = float("inf") if self.spec.clip_norm is None else self.spec.clip_norm  # inf: the norm, no scaling
         norm = torch.nn.utils.clip_grad_norm_(self.variables, max_norm)
         self.optimizer.step()
         return loss.detach(), norm
+
+    def _forward_loss(self, tensors: dict, forced):
+        spec = catalogue.get(self.name)
+        return self.loss(spec, _outputs(self.model, spec, tensors, forced), tensors)
 
 
 def set_seed(seed: int) -> None:

@@ -1,0 +1,435 @@
+"""`rosetta bench`: fair speed measurements of every catalogue model in both stacks.
+
+Fairness (DESIGN.md "Speed, fairly"): one stack per process, the thread count fixed before the
+framework is imported and recorded, warm-up calls discarded, the first call's extra time reported
+as compile/trace time, medians and quartiles over repeats, peak memory per case (the process's peak
+RSS reset before each case on CPU, the framework's own peak counter on GPU), TF32 off on GPU.
+
+A case is one (model, task, impl, mode, sizes): task `train_step` (forward, backward, global-norm
+clip, Adam: the stack's `Trainer`) or `greedy` (greedy decoding of `tgt_len` steps, the compiled unit
+being one decoder step); impl `ours` or `as_written` (the document's own per-step computation, built
+with `as_written=True`). Each stack's `bench.py` builds the callables; this module orders the cases,
+times them, and writes one JSON file per run under `reports/results/<machine>/`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import importlib
+import json
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from shared import catalogue
+from shared.atomic import write_atomic
+from shared.training import TrainSpec
+
+SCHEMA = 1
+STACK_MODES = {"torch": ("eager", "compile"), "tf": ("eager", "function", "xla")}
+COMPILED_MODES = {"compile", "xla"}  # slow to build: the default profile runs them at one thread count
+BENCH_SPEC = TrainSpec(lr=1e-3, clip_norm=1.0)  # every train step: Adam and global-norm clipping, teacher forcing on
+REVERSE_MODELS = tuple(name for name in catalogue.built() if catalogue.get(name).document == "001")
+
+
+@dataclasses.dataclass(frozen=True)
+class Sizes:
+    batch: int
+    src_len: int
+    tgt_len: int  # decoder steps
+
+
+# The documents' training configurations; sequence lengths of the real-data models are typical padded
+# batch lengths (Multi30k batches padded to a multiple of 8: 24; spa-eng: the tutorial's 16 and 10 steps).
+DOCUMENT_SIZES = {
+    "additive_attention": Sizes(32, 10, 10),
+    **{name: Sizes(32, 10, 10) for name in REVERSE_MODELS},
+    "bahdanau_bigru": Sizes(128, 24, 24),
+    "luong_dot": Sizes(128, 24, 24),
+    "luong_general": Sizes(128, 24, 24),
+    "luong_concat": Sizes(128, 24, 24),
+    "tf_tutorial": Sizes(64, 16, 10),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Profile:
+    """What a bench run measures.
+
+    Attributes:
+        models: the catalogue models at their document sizes.
+        threads: CPU thread counts, one process each.
+        compiled_threads: the thread counts at which compiled modes (torch.compile, XLA) run.
+        sweep_models: models also timed over `seq_lens` (at the document batch) and `batches`.
+        as_written_modes: the modes in which the as-written baseline runs (per stack, the mode names).
+    """
+
+    name: str
+    models: tuple[str, ...]
+    threads: tuple[int, ...]
+    compiled_threads: tuple[int, ...]
+    sweep_models: tuple[str, ...]
+    seq_lens: tuple[int, ...] = (5, 10, 20, 40)
+    batches: tuple[int, ...] = (8, 32, 128)
+    as_written_modes: tuple[str, ...] = ("eager", "function")
+    modes: tuple[str, ...] | None = None  # only these modes (None: every mode of the stack)
+    tag: str = ""  # appended to the result file's name, for a run restricted to part of a profile
+    warmup: int = 3
+    repeats: int = 10
+    big_repeats: int = 5  # for cases whose first call took over a second
+
+
+PROFILES = {
+    "default": Profile(
+        name="default",
+        models=("additive_attention", *REVERSE_MODELS),
+        threads=(1, 2),
+        compiled_threads=(2,),
+        sweep_models=("reverse_bahdanau", "reverse_luong_general"),
+    ),
+    "full": Profile(
+        name="full",
+        models=tuple(catalogue.built()),
+        threads=(1, 2),
+        compiled_threads=(2,),
+        sweep_models=("reverse_bahdanau", "reverse_luong_general", "luong_general", "tf_tutorial"),
+        as_written_modes=("eager", "function", "compile", "xla"),
+    ),
+    "smoke": Profile(  # tests: seconds, not minutes
+        name="smoke",
+        models=("reverse_bahdanau", "luong_dot"),
+        threads=(1,),
+        compiled_threads=(),
+        sweep_models=("reverse_bahdanau",),
+        seq_lens=(4, 8),
+        batches=(2,),
+        warmup=1,
+        repeats=2,
+        big_repeats=2,
+    ),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    model: str
+    task: str  # train_step | greedy
+    impl: str  # ours | as_written
+    mode: str
+    sweep: str  # document | seq_len | batch
+    sizes: Sizes
+
+
+def get_profile(name: str) -> Profile:
+    if name not in PROFILES:
+        raise ValueError(f"unknown bench profile {name!r}; known: {', '.join(PROFILES)}")
+    return PROFILES[name]
+
+
+def small_sizes(sizes: Sizes) -> Sizes:
+    """Sizes for the smoke profile: the document's shape shrunk so a case takes milliseconds."""
+    return Sizes(min(sizes.batch, 4), min(sizes.src_len, 6), min(sizes.tgt_len, 5))
+
+
+def _tasks(name: str) -> tuple[str, ...]:
+    return ("train_step", "greedy") if catalogue.get(name).variable_length else ("train_step",)
+
+
+def _sweep_sizes(profile: Profile, name: str) -> list[tuple[str, Sizes]]:
+    base = DOCUMENT_SIZES[name]
+    by_length = [("seq_len", Sizes(base.batch, n, n)) for n in profile.seq_lens if n != base.src_len]
+    by_batch = [("batch", dataclasses.replace(base, batch=b)) for b in profile.batches if b != base.batch]
+    return by_length + by_batch
+
+
+def cases(profile: Profile, stack: str, threads: int, device: str = "cpu") -> list[Case]:
+    """Every case of `profile` for one stack process (compiled modes only at `compiled_threads` on CPU)."""
+    modes = [m for m in STACK_MODES[stack] if device != "cpu" or m not in COMPILED_MODES or threads in profile.compiled_threads]
+    modes = [m for m in modes if profile.modes is None or m in profile.modes]
+    found = []
+    for name in profile.models:
+        document = DOCUMENT_SIZES[name] if profile.name != "smoke" else small_sizes(DOCUMENT_SIZES[name])
+        for task in _tasks(name):
+            for mode in modes:
+                found.append(Case(name, task, "ours", mode, "document", document))
+                if mode in profile.as_written_modes and task == "train_step":
+                    found.append(Case(name, task, "as_written", mode, "document", document))
+        if name in profile.sweep_models:
+            for mode in [m for m in modes if m in ("eager", "function")][-1:]:  # the best uncompiled mode
+                found += [Case(name, "train_step", "ours", mode, sweep, sizes) for sweep, sizes in _sweep_sizes(profile, name)]
+    return found
+
+
+def synthetic_batch(name: str, sizes: Sizes, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random inputs of `sizes` for model `name` (document-size vocabularies; real tokens, no padding)."""
+    spec, rng = catalogue.get(name), np.random.default_rng(seed)
+    config = spec.config
+    if spec.interface == "attention":
+        return {
+            "query": rng.standard_normal((sizes.batch, sizes.tgt_len, config["decoder_dim"])),
+            "values": rng.standard_normal((sizes.batch, sizes.src_len, config["encoder_dim"])),
+        }
+    src_vocab, tgt_vocab = (config[key] for key in spec.vocab_keys)
+    first = max(spec.pad_id, spec.sos_id, spec.eos_id, -1) + 1  # ids below are special tokens
+    batch = {
+        "src": rng.integers(first, src_vocab, (sizes.batch, sizes.src_len)),
+        "tgt_in": rng.integers(first, tgt_vocab, (sizes.batch, sizes.tgt_len)),
+        "tgt_out": rng.integers(first, tgt_vocab, (sizes.batch, sizes.tgt_len)),
+    }
+    if spec.variable_length:
+        batch["src_len"] = np.full(sizes.batch, sizes.src_len)
+        batch["tgt_in"][:, 0] = spec.sos_id
+    return batch
+
+
+def time_calls(fn, warmup: int, repeats: int, big_repeats: int) -> dict:
+    """Call `fn` once (first call: compile/trace), `warmup - 1` more times, then time `repeats` calls."""
+    started = time.perf_counter()
+    fn()
+    first = time.perf_counter() - started
+    for _ in range(max(warmup - 1, 0)):
+        fn()
+    times = []
+    for _ in range(big_repeats if first > 1.0 else repeats):
+        started = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - started)
+    median = statistics.median(times)
+    q25, _, q75 = statistics.quantiles(times, n=4, method="inclusive") if len(times) > 1 else (median,) * 3
+    return {
+        "median_ms": median * 1e3,
+        "q25_ms": q25 * 1e3,
+        "q75_ms": q75 * 1e3,
+        "min_ms": min(times) * 1e3,
+        "repeats": len(times),
+        "compile_s": max(first - median, 0.0),
+    }
+
+
+# --- the process's environment -------------------------------------------------------------------
+
+
+def cpu_model() -> str:
+    """The CPU's model name (from /proc/cpuinfo on Linux), else platform's description."""
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def machine_slug(cpu: str, cores: int, gpu: str | None) -> str:
+    """A folder name for one machine: the GPU's name when there is one, else the CPU's, with the core count."""
+    words = re.sub(r"\((r|tm)\)|cpu|processor|@.*$", "", (gpu or cpu).lower())
+    slug = re.sub(r"[^a-z0-9]+", "-", words).strip("-")
+    return f"gpu-{slug}" if gpu else f"cpu-{slug}-{cores}c"
+
+
+def git_commit() -> str | None:
+    root = Path(__file__).resolve().parents[1]
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def reset_peak_rss() -> None:
+    """Reset the kernel's high-water mark of this process's RSS (Linux `clear_refs` 5); no-op elsewhere."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        pass
+
+
+def peak_rss_mb() -> float | None:
+    """This process's peak RSS since the last reset (VmHWM), in MiB; None where /proc is absent."""
+    status = Path("/proc/self/status")
+    if not status.is_file():
+        return None
+    for line in status.read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return None
+
+
+# --- one stack process ---------------------------------------------------------------------------
+
+
+def measure(stack: str, profile: Profile, threads: int, results_dir, progress=print) -> Path:
+    """Time every case of `profile` in `stack` (imported here, after the thread count is fixed); write
+    the run's JSON file atomically under `results_dir` (see `result_path`) and return its path."""
+    if stack not in STACK_MODES:
+        raise ValueError(f"unknown stack {stack!r}; known: {', '.join(STACK_MODES)}")
+    bench = importlib.import_module(f"{'torch_impl' if stack == 'torch' else 'tf_impl'}.bench")
+    device = bench.configure(threads)
+    environment = _environment(bench, stack, profile, threads, device)
+    rows = []
+    for case in cases(profile, stack, threads, device):
+        rows.append(_measure_case(bench, stack, case, profile, threads, device))
+        progress(_progress_line(rows[-1]))
+    payload = {"schema": SCHEMA, "environment": environment, "rows": rows}
+    output = result_path(results_dir, environment)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(output, (json.dumps(payload, indent=1, allow_nan=False) + "\n").encode())
+    return output
+
+
+def _environment(bench, stack: str, profile: Profile, threads: int, device: str) -> dict:
+    gpu = bench.gpu_name()
+    cores = os.cpu_count() or 1
+    return {
+        "machine": machine_slug(cpu_model(), cores, gpu),
+        "cpu": cpu_model(),
+        "cores": cores,
+        "gpu": gpu,
+        "device": device,
+        "stack": stack,
+        "versions": {"python": platform.python_version(), "numpy": np.__version__, **bench.versions()},
+        "threads": threads,
+        "thread_settings": bench.thread_settings(),
+        "commit": git_commit(),
+        "created": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "profile": profile.name,
+        "part": profile.tag,
+        "matmul_gflops": bench.matmul_gflops(device),
+    }
+
+
+def _measure_case(bench, stack: str, case: Case, profile: Profile, threads: int, device: str) -> dict:
+    row = {
+        "model": case.model,
+        "document": catalogue.get(case.model).document,
+        "stack": stack,
+        "mode": case.mode,
+        "impl": case.impl,
+        "task": case.task,
+        "device": device,
+        "threads": threads,
+        "dtype": "float32",
+        "sweep": case.sweep,
+        **dataclasses.asdict(case.sizes),
+    }
+    arrays = synthetic_batch(case.model, case.sizes)
+    try:
+        bench.reset_peak_memory(device)
+        call = bench.make_call(case.model, case.task, case.impl, case.mode, arrays, case.sizes.tgt_len, device)
+        timing = time_calls(call, profile.warmup, profile.repeats, profile.big_repeats)
+        tokens = case.sizes.batch * case.sizes.tgt_len
+        return {
+            **row,
+            **timing,
+            "tokens_per_s": tokens / (timing["median_ms"] / 1e3),
+            "peak_mem_mb": bench.peak_memory_mb(device),
+            "gflop": _gflop(bench, case, arrays),
+            "status": "ok",
+            "error": None,
+        }
+    except Exception as error:  # a case that fails (e.g. a mode the model cannot compile in) is a result too
+        message = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"[:300]
+        return {**row, "status": "failed", "error": message}
+
+
+_GFLOP: dict[tuple, float | None] = {}  # one count per (model, task, impl, sizes): the modes share it
+
+
+def _gflop(bench, case: Case, arrays: dict) -> float | None:
+    key = (case.model, case.task, case.impl, case.sizes)
+    if key not in _GFLOP:
+        _GFLOP[key] = bench.count_gflop(case.model, case.task, case.impl, arrays, case.sizes.tgt_len)
+    return _GFLOP[key]
+
+
+def _progress_line(row: dict) -> str:
+    what = f"{row['stack']:5s} {row['model']:26s} {row['task']:10s} {row['impl']:10s} {row['mode']:8s} {row['sweep']:8s}"
+    sizes = f"B{row['batch']} S{row['src_len']} T{row['tgt_len']} x{row['threads']}"
+    if row["status"] != "ok":
+        return f"{what} {sizes}  FAILED {row['error']}"
+    return f"{what} {sizes}  {row['median_ms']:9.2f} ms  (compile {row['compile_s']:.1f} s)"
+
+
+# --- the orchestrator ----------------------------------------------------------------------------
+
+
+def restrict(profile: Profile, models=None, modes=None) -> Profile:
+    """`profile` over `models` and `modes` only (unknown names raise ValueError); the result file's name says so."""
+    if models:
+        unknown = sorted(set(models) - set(catalogue.built()))
+        if unknown:
+            raise ValueError(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(catalogue.built())}")
+        sweep = tuple(m for m in profile.sweep_models if m in models)
+        profile = dataclasses.replace(profile, models=tuple(models), sweep_models=sweep, tag=profile.tag + "-" + "-".join(models))
+    if modes:
+        known = sorted({m for stack_modes in STACK_MODES.values() for m in stack_modes})
+        unknown = sorted(set(modes) - set(known))
+        if unknown:
+            raise ValueError(f"unknown mode(s) {', '.join(unknown)}; known: {', '.join(known)}")
+        profile = dataclasses.replace(profile, modes=tuple(modes), tag=profile.tag + "-" + "-".join(modes))
+    return profile
+
+
+def run(profile_name: str, stacks: list[str], results_dir, threads: list[int] | None = None, models=None, modes=None,
+        progress=print) -> int:  # fmt: skip
+    """One child process per (stack, thread count), each writing its own result file; how many ran."""
+    profile = restrict(get_profile(profile_name), models, modes)
+    unknown = sorted(set(stacks) - set(STACK_MODES))
+    if unknown:
+        raise ValueError(f"unknown stack(s) {', '.join(unknown)}; known: {', '.join(STACK_MODES)}")
+    runs = 0
+    for stack in stacks:
+        for count in threads or profile.threads:
+            progress(f"bench: {stack}, {count} thread(s), profile {profile.name}")
+            argv = [sys.executable, "-m", "shared.bench", stack, "--threads", str(count), "--profile", profile.name]
+            argv += ["--results", str(results_dir)] + (["--models", ",".join(models)] if models else [])
+            argv += ["--modes", ",".join(modes)] if modes else []
+            if subprocess.run(argv, env={**os.environ, **thread_environment(count)}).returncode != 0:
+                raise RuntimeError(f"the {stack} bench process failed; its result file was not written")
+            runs += 1
+    return runs
+
+
+def thread_environment(threads: int) -> dict[str, str]:
+    """Variables that fix a framework's thread pools before it is imported."""
+    count = str(threads)
+    return {"OMP_NUM_THREADS": count, "MKL_NUM_THREADS": count, "TF_NUM_INTRAOP_THREADS": count, "TF_NUM_INTEROP_THREADS": "1"}
+
+
+def result_path(results_dir, environment: dict) -> Path:
+    """`<results_dir>/<machine>/<stack>-<device>-t<threads>-<profile>.json`: one file per run and machine."""
+    name = f"{environment['stack']}-{environment['device']}-t{environment['threads']}-{environment['profile']}"
+    return Path(results_dir) / environment["machine"] / f"{name}{environment.get('part', '')}.json"
+
+
+def _names(text: str | None) -> list[str] | None:
+    return text.split(",") if text else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The child: `python -m shared.bench STACK --threads N --profile P --results DIR [--models a,b]`."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m shared.bench")
+    parser.add_argument("stack", choices=list(STACK_MODES))
+    parser.add_argument("--threads", type=int, required=True)
+    parser.add_argument("--profile", default="default")
+    parser.add_argument("--results", required=True)
+    parser.add_argument("--models")
+    parser.add_argument("--modes")
+    args = parser.parse_args(argv)
+    profile = restrict(get_profile(args.profile), _names(args.models), _names(args.modes))
+    path = measure(args.stack, profile, args.threads, args.results, progress=lambda line: print(line, flush=True))
+    print(f"bench: wrote {path}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

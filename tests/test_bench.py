@@ -1,0 +1,86 @@
+"""`rosetta bench` without a framework: profiles, cases, timing statistics, environment, result paths, errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from shared import bench, catalogue, cli
+
+
+def test_the_default_profile_covers_the_reverse_task_and_the_attention_layer_in_both_stacks():
+    profile = bench.get_profile("default")
+    for stack, modes in bench.STACK_MODES.items():
+        two = bench.cases(profile, stack, threads=2)
+        assert {c.model for c in two} == set(profile.models)
+        assert {c.mode for c in two} == set(modes)
+        assert {c.impl for c in two if c.sweep == "document"} == {"ours", "as_written"}
+        one = bench.cases(profile, stack, threads=1)
+        assert not {c.mode for c in one} & bench.COMPILED_MODES  # compiled modes at one thread count only
+        assert {c.sweep for c in two} == {"document", "seq_len", "batch"}
+
+
+def test_the_full_profile_times_every_model_and_greedy_decoding_of_the_real_data_models():
+    cases = bench.cases(bench.get_profile("full"), "torch", threads=2)
+    assert {c.model for c in cases} == set(catalogue.built())
+    greedy = {c.model for c in cases if c.task == "greedy"}
+    assert greedy == {name for name in catalogue.built() if catalogue.get(name).variable_length}
+    assert {c.mode for c in cases if c.impl == "as_written"} == {"eager", "compile"}
+
+
+def test_every_model_has_document_sizes_and_a_synthetic_batch_of_them():
+    for name in catalogue.built():
+        sizes = bench.DOCUMENT_SIZES[name]
+        batch = bench.synthetic_batch(name, sizes)
+        first = next(iter(batch.values()))
+        assert first.shape[:2] == (sizes.batch, sizes.src_len if "src" in batch else sizes.tgt_len)
+        if "tgt_in" in batch:
+            spec = catalogue.get(name)
+            assert batch["tgt_in"].shape == (sizes.batch, sizes.tgt_len)
+            assert batch["tgt_out"].max() < spec.config[spec.vocab_keys[1]]
+
+
+def test_time_calls_reports_first_call_as_compile_time_and_quartiles():
+    calls = []
+
+    def fn():
+        calls.append(1)
+        if len(calls) == 1:
+            import time
+
+            time.sleep(0.05)
+
+    timing = bench.time_calls(fn, warmup=2, repeats=4, big_repeats=2)
+    assert len(calls) == 1 + 1 + 4 and timing["repeats"] == 4
+    assert timing["compile_s"] > 0.04
+    assert timing["q25_ms"] <= timing["median_ms"] <= timing["q75_ms"]
+
+
+def test_machine_slug_and_result_path():
+    assert bench.machine_slug("AMD EPYC 7R13 Processor", 2, None) == "cpu-amd-epyc-7r13-2c"
+    assert bench.machine_slug("x", 16, "NVIDIA H100 80GB HBM3") == "gpu-nvidia-h100-80gb-hbm3"
+    environment = {"machine": "cpu-x-2c", "stack": "tf", "device": "cpu", "threads": 2, "profile": "default"}
+    assert bench.result_path("r", environment).as_posix() == "r/cpu-x-2c/tf-cpu-t2-default.json"
+
+
+def test_peak_rss_resets_and_reads():
+    bench.reset_peak_rss()
+    assert bench.peak_rss_mb() > 0
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["bench", "--models", "no_such_model"], "unknown model"),
+        (["bench", "--threads", "0"], "positive"),
+    ],
+)
+def test_bad_bench_requests_fail_with_one_clear_error(capsys, argv, message):
+    assert cli.main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_an_unknown_profile_is_refused():
+    with pytest.raises(ValueError, match="unknown bench profile 'huge'"):
+        bench.get_profile("huge")
+    with pytest.raises(SystemExit):
+        cli.main(["bench", "--profile", "huge"])

@@ -1,0 +1,226 @@
+"""The comparison report from synthetic benchmark, equality and training files (numpy, pandas, matplotlib only)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from shared import catalogue
+from shared.report import NO_GPU, write_report
+
+REPO = Path(__file__).resolve().parent.parent
+CPU = {"machine": "cpu-test-2c", "cpu": "Test CPU", "cores": 2, "gpu": None, "device": "cpu", "threads": 2,
+       "versions": {"python": "3.12.3", "numpy": "2.1"}, "commit": "abc1234", "created": "2026-11-22T20:00:00Z",
+       "profile": "default", "matmul_gflops": 100.0}  # fmt: skip
+GPU = {**CPU, "machine": "gpu-test-h100", "gpu": "NVIDIA H100 80GB HBM3", "device": "gpu", "matmul_gflops": 50000.0}
+SIZES = {"reverse_bahdanau": (32, 10, 11), "luong_dot": (128, 8, 9)}
+# train-step medians (ms) at the documents' sizes, on CPU: (model, stack, mode, impl) -> ms
+MEDIANS = {
+    ("reverse_bahdanau", "torch", "eager", "ours"): 10.0,
+    ("reverse_bahdanau", "torch", "compile", "ours"): 5.0,
+    ("reverse_bahdanau", "torch", "eager", "as_written"): 15.0,
+    ("reverse_bahdanau", "torch", "compile", "as_written"): 6.0,
+    ("reverse_bahdanau", "tf", "eager", "ours"): 20.0,
+    ("reverse_bahdanau", "tf", "function", "ours"): 8.0,
+    ("reverse_bahdanau", "tf", "xla", "ours"): 12.0,
+    ("reverse_bahdanau", "tf", "eager", "as_written"): 30.0,
+    ("luong_dot", "torch", "eager", "ours"): 100.0,
+    ("luong_dot", "torch", "eager", "as_written"): 110.0,
+    ("luong_dot", "tf", "eager", "ours"): 90.0,
+    ("luong_dot", "tf", "eager", "as_written"): 99.0,
+}
+GFLOP = {"reverse_bahdanau": 0.35, "luong_dot": 4.0}
+
+
+def _row(model, stack, mode, impl, median, task="train_step", sweep="document", device="cpu", sizes=None, **extra):
+    batch, src_len, tgt_len = sizes or SIZES[model]
+    row = {"model": model, "document": catalogue.get(model).document, "stack": stack, "mode": mode, "impl": impl,
+           "task": task, "device": device, "threads": 2, "dtype": "float32", "sweep": sweep, "batch": batch,
+           "src_len": src_len, "tgt_len": tgt_len, "median_ms": median, "q25_ms": median * 0.9, "q75_ms": median * 1.1,
+           "min_ms": median * 0.8, "repeats": 20, "compile_s": 0.5 if mode != "eager" else None,
+           "tokens_per_s": batch * tgt_len / median * 1000, "peak_mem_mb": 512.0,
+           "gflop": GFLOP[model] if stack == "torch" else None, "status": "ok", "error": None}  # fmt: skip
+    return {**row, **extra}
+
+
+def _stack_rows(stack: str, device: str = "cpu") -> list[dict]:
+    """One stack's rows: train step (MEDIANS), greedy, a seq_len and a batch sweep, one failed row."""
+    rows = [_row(*key, median, device=device) for key, median in MEDIANS.items() if key[1] == stack]
+    rows += [_row(model, stack, "eager", "ours", 3.0, task="greedy", device=device) for model in SIZES]
+    for length in (10, 20, 40):
+        rows.append(_row("reverse_bahdanau", stack, "eager", "ours", length / 2, sweep="seq_len", sizes=(32, length, length + 1),
+                         device=device))  # fmt: skip
+    rows += [_row("luong_dot", stack, "eager", "ours", b / 4, sweep="batch", sizes=(b, 8, 9), device=device) for b in (16, 64)]
+    failed = dict.fromkeys(("median_ms", "q25_ms", "q75_ms", "min_ms", "tokens_per_s", "peak_mem_mb"))
+    failed.update(status="failed", error="out of memory")
+    rows.append(_row("luong_dot", stack, "xla" if stack == "tf" else "compile", "as_written", 1.0, device=device, **failed))
+    return rows
+
+
+def _write_json(path: Path, data) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1))
+
+
+def _results(root: Path, gpu: bool = False) -> Path:
+    """Result files of both stacks on a CPU machine (and on a GPU one)."""
+    for environment in [CPU, GPU] if gpu else [CPU]:
+        for stack in ("torch", "tf"):
+            env = {**environment, "stack": stack}
+            rows = _stack_rows(stack, environment["device"])
+            _write_json(root / environment["machine"] / f"{stack}.json", {"schema": 1, "environment": env, "rows": rows})
+    return root
+
+
+def _equality(path: Path) -> Path:
+    outputs = [{"model": model, "dtype": dtype, "quantity": quantity, "max_abs": value}
+               for model in SIZES for dtype, value in (("float64", 2.5e-16), ("float32", 1.2e-7))
+               for quantity in ("logits", "attention", "loss")]  # fmt: skip
+    outputs.append({"model": "additive_attention", "dtype": "float64", "quantity": "context", "max_abs": 4.4e-16})
+    curve = [3.0 - 0.01 * step for step in range(30)]
+    _write_json(path, {
+        "schema": 1,
+        "outputs": outputs,
+        "greedy": [{"model": "luong_dot", "dtype": "float64", "tokens_equal": True}],
+        "training": [{"model": "reverse_bahdanau", "dtype": "float64", "quantity": "loss curve", "max_abs": 1.3e-15}],
+        "curves": [{"model": "reverse_bahdanau", "dtype": "float32", "torch": curve, "tf": [v + 1e-7 for v in curve]}],
+        "attention": [{"model": "reverse_bahdanau", "torch": [[0.25, 0.75], [0.5, 0.5], [0.9, 0.1]],
+                       "tf": [[0.25, 0.75], [0.5, 0.5], [0.9, 0.1 + 1e-8]]}],
+    })  # fmt: skip
+    return path
+
+
+def _training(folder: Path) -> Path:
+    folder.mkdir()
+    for name in ("reverse_bahdanau-torch-cpu.json", "tf_tutorial-torch-gpu.json"):
+        shutil.copy(REPO / "reports" / "training" / name, folder / name)
+    return folder
+
+
+@pytest.fixture
+def inputs(tmp_path):
+    return {"results_dir": _results(tmp_path / "results"), "equality_path": _equality(tmp_path / "equality.json"),
+            "training_dir": _training(tmp_path / "training")}  # fmt: skip
+
+
+def _report(tmp_path, inputs, name="report"):
+    result = write_report(inputs["results_dir"], tmp_path / name, equality_path=inputs["equality_path"],
+                          training_dir=inputs["training_dir"])  # fmt: skip
+    return result, (tmp_path / name / "README.md").read_text()
+
+
+def _pick(table, **where):
+    """The one row of `table` matching `where`."""
+    mask = True
+    for column, value in where.items():
+        mask = mask & (table[column] == value)
+    assert mask.sum() == 1, where
+    return table[mask].iloc[0]
+
+
+def test_the_report_comes_out_with_its_sections_csvs_and_figures(tmp_path, inputs):
+    result, readme = _report(tmp_path, inputs)
+    headings = [line for line in readme.splitlines() if line.startswith("## ")]
+    assert headings == ["## Headline", "## Equality", "## Loss", "## Speed", "## Scaling", "## Figures"]
+    csv = sorted(path.name for path in (tmp_path / "report" / "csv").iterdir())
+    assert csv == sorted(f"{name}.csv" for name in result["tables"])
+    assert {"headline", "equality_outputs", "equality_training", "loss", "speed_train_step", "speed_greedy",
+            "scaling_seq_len", "scaling_batch"} == set(result["tables"])  # fmt: skip
+    figures = sorted(path.name for path in (tmp_path / "report" / "figures").iterdir())
+    assert figures == ["attention_reverse_bahdanau.png", "cost_vs_seq_len.png", "loss_curves.png", "speed_train_step.png"]
+    assert all(f"](figures/{name})" in readme for name in figures)
+    assert all(f"`csv/{name}`" in readme for name in csv)
+    assert "cpu-test-2c" in readme and "Test CPU" in readme and result["missing"] == []
+    assert "test perplexity 13.84" not in readme and "no figure (target: sequence accuracy >= 99%)" in readme
+
+
+def test_the_headline_has_one_row_per_catalogue_model(tmp_path, inputs):
+    result, _ = _report(tmp_path, inputs)
+    headline = result["tables"]["headline"]
+    assert list(headline["model"]) == list(catalogue.CATALOGUE)
+    row = _pick(headline, model="reverse_bahdanau")
+    assert (row["torch ms"], row["torch mode"], row["TF ms"], row["TF mode"]) == (5.0, "compile", 8.0, "function")
+    assert row["torch/TF"] == pytest.approx(5 / 8) and row["ours/as-written TF"] == pytest.approx(1.5)
+    assert row["max abs diff float64"] == 2.5e-16 and row["quantity"] == "logits"
+    assert _pick(headline, model="additive_attention")["quantity"] == "context"
+    assert _pick(headline, model="luong_dot")["greedy ids equal"] is True
+    line = next(line for line in result["headline"].splitlines() if line.startswith("| reverse_bahdanau "))
+    assert "0.62x" in line and "1.50x" in line and "2.5e-16" in line
+    assert next(line for line in result["headline"].splitlines() if line.startswith("| tf_tutorial ")).count(" - ") >= 6
+
+
+def test_the_ratio_columns_follow_from_the_medians(tmp_path, inputs):
+    result, readme = _report(tmp_path, inputs)
+    speed = result["tables"]["speed_train_step"]
+    cpu = speed[speed["device"] == "cpu"]
+    # torch/TF: the best modes, torch compile 5 ms over TF function 8 ms, on every row of the setting
+    ratios = cpu[(cpu["model"] == "reverse_bahdanau") & (cpu["impl"] == "ours")]["torch/TF"].tolist()
+    assert len(ratios) == 5 and ratios == pytest.approx([5 / 8] * 5)
+    # ours/as-written: the as-written eager torch step 15 ms over ours 10 ms
+    assert _pick(cpu, model="reverse_bahdanau", stack="torch", mode="eager", impl="ours")["ours/as-written"] == pytest.approx(1.5)
+    # mode/eager: TF eager 20 ms over TF function 8 ms
+    assert _pick(cpu, model="reverse_bahdanau", stack="tf", mode="function", impl="ours")["mode/eager"] == pytest.approx(2.5)
+    # matmul peak: 0.35 GFLOP in 10 ms is 35 GFLOP/s of 100; TF's work count comes from the torch row
+    assert _pick(cpu, model="reverse_bahdanau", stack="torch", mode="eager", impl="ours")["% matmul peak"] == pytest.approx(35.0)
+    assert _pick(cpu, model="reverse_bahdanau", stack="tf", mode="eager", impl="ours")["% matmul peak"] == pytest.approx(17.5)
+    assert "outside 1.25x: reverse_bahdanau (ours" in readme and "0.62x" in readme
+    assert " 2.50x |" in readme and "35.0%" in readme
+
+
+def test_without_gpu_rows_the_report_says_so(tmp_path, inputs):
+    result, readme = _report(tmp_path, inputs)
+    assert NO_GPU in readme and set(result["tables"]["speed_train_step"]["device"]) == {"cpu"}
+
+
+def test_gpu_rows_appear_beside_cpu_rows(tmp_path, inputs):
+    _results(inputs["results_dir"], gpu=True)
+    result, readme = _report(tmp_path, inputs)
+    assert NO_GPU not in readme and "NVIDIA H100 80GB HBM3" in readme
+    assert set(result["tables"]["speed_train_step"]["device"]) == {"cpu", "gpu"}
+    assert "| gpu-test-h100 " in readme
+    assert "cpu-test-2c (cpu, threads 2, float32, profile default)" in readme  # the headline prefers CPU rows
+
+
+def test_unusable_files_and_rows_are_listed_not_fatal(tmp_path, inputs):
+    root = inputs["results_dir"]
+    (root / "broken.json").write_text('{"schema": 1, "environment": ')
+    _write_json(root / "empty.json", {"schema": 1, "environment": CPU, "rows": []})
+    _write_json(root / "noenv.json", {"schema": 1, "rows": [_row("luong_dot", "torch", "eager", "ours", 1.0)]})
+    bad = _row("luong_dot", "torch", "eager", "ours", 1.0, threads=4)
+    del bad["median_ms"], bad["model"]
+    _write_json(root / "other" / "partial.json", {"schema": 1, "environment": {**CPU, "stack": "torch"}, "rows": [bad]})
+    result, readme = _report(tmp_path, inputs)
+    missing = "\n".join(result["missing"])
+    assert "broken.json: not valid JSON" in missing and "empty.json: no rows" in missing
+    assert "noenv.json: lacks environment" in missing
+    assert "other/partial.json, row 0: missing field(s) model, median_ms" in missing
+    assert "## Missing or unreadable results" in readme and "- broken.json: not valid JSON" in readme
+    assert len(result["tables"]["headline"]) == len(catalogue.CATALOGUE)
+
+
+def test_no_results_at_all_still_gives_a_report(tmp_path):
+    result = write_report(tmp_path / "nothing", tmp_path / "report")
+    readme = (tmp_path / "report" / "README.md").read_text()
+    assert "No benchmark results" in readme and "Equality: not measured" in readme and "No training summaries." in readme
+    assert list(result["tables"]) == ["headline"] and "no benchmark results" in result["missing"][0]
+    assert (tmp_path / "report" / "csv" / "headline.csv").is_file() and "Skipped: no loss curves" in readme
+
+
+def test_regenerating_gives_identical_files(tmp_path, inputs):
+    _report(tmp_path, inputs, "first")
+    _report(tmp_path, inputs, "second")
+    _report(tmp_path, inputs, "second")
+    for name in ["README.md", *(f"csv/{path.name}" for path in (tmp_path / "first" / "csv").iterdir())]:
+        assert (tmp_path / "first" / name).read_bytes() == (tmp_path / "second" / name).read_bytes(), name
+
+
+def test_a_failed_row_shows_as_failed(tmp_path, inputs):
+    result, readme = _report(tmp_path, inputs)
+    row = _pick(result["tables"]["speed_train_step"], model="luong_dot", stack="tf", mode="xla", impl="as_written")
+    assert row["status"] == "failed" and row["median ms"] != row["median ms"]  # NaN in the numbers
+    line = next(line for line in readme.splitlines() if line.startswith("| luong_dot ") and "| xla " in line)
+    assert " failed |" in line and "Failed: luong_dot torch compile as_written" in readme
+    assert "luong_dot tf xla as_written (cpu-test-2c cpu, threads 2): out of memory" in readme

@@ -1,0 +1,108 @@
+"""What `rosetta bench` (shared/bench.py) needs from PyTorch: thread and device setup, the timed calls in
+each mode (eager, torch.compile), peak memory, a matmul peak, and the FLOPs of a case.
+
+Mirrors tf_impl/bench.py function for function.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+from shared import bench as shared_bench
+from shared import fixtures
+from torch_impl import contract
+from torch_impl.train import Trainer
+
+_GPU = torch.cuda.is_available()
+
+
+def configure(threads: int) -> str:
+    """Fix the thread count; on a GPU turn TF32 off (float32 matmuls as on the CPU). The device: cpu or gpu."""
+    torch.set_num_threads(threads)
+    if _GPU:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    return "gpu" if _GPU else "cpu"
+
+
+def gpu_name() -> str | None:
+    return torch.cuda.get_device_name() if _GPU else None
+
+
+def versions() -> dict[str, str]:
+    return {"torch": torch.__version__, **({"cuda": torch.version.cuda} if _GPU else {})}
+
+
+def thread_settings() -> dict[str, int]:
+    return {"intra_op": torch.get_num_threads(), "inter_op": torch.get_num_interop_threads()}
+
+
+def synchronize(device: str) -> None:
+    if device == "gpu":
+        torch.cuda.synchronize()
+
+
+def matmul_gflops(device: str) -> float:
+    """The median float32 GFLOP/s of a square matmul (1024 on CPU, 8192 on GPU): this machine's peak."""
+    n = 8192 if device == "gpu" else 1024
+    a = torch.randn(n, n, device="cuda" if device == "gpu" else "cpu")
+
+    def once() -> float:
+        started = time.perf_counter()
+        a @ a
+        synchronize(device)
+        return time.perf_counter() - started
+
+    for _ in range(3):
+        once()
+    return 2 * n**3 / statistics.median(once() for _ in range(10)) / 1e9
+
+
+def reset_peak_memory(device: str) -> None:
+    if device == "gpu":
+        torch.cuda.reset_peak_memory_stats()
+    shared_bench.reset_peak_rss()
+
+
+def peak_memory_mb(device: str) -> float | None:
+    """Peak bytes since the reset: torch's allocator on GPU, the process's RSS on CPU (MiB)."""
+    if device == "gpu":
+        return torch.cuda.max_memory_allocated() / 2**20
+    return shared_bench.peak_rss_mb()
+
+
+def build(name: str, impl: str, device: str = "cpu") -> torch.nn.Module:
+    """The model at its document's sizes, holding the seeded canonical weights both stacks share."""
+    model = contract.build(name, "float32", as_written=impl == "as_written")
+    shapes = {key: array.shape for key, array in contract.get_weights(model).items()}
+    contract.set_weights(model, fixtures.make_weights(name, shapes))
+    return model.cuda() if device == "gpu" else model
+
+
+def make_call(name: str, task: str, impl: str, mode: str, arrays: dict, max_len: int, device: str = "cpu"):
+    """A no-argument callable doing one case's unit of work (and waiting for the device)."""
+    model = build(name, impl, device)
+    if task == "train_step":
+        trainer = Trainer(model, name, shared_bench.BENCH_SPEC, mode=mode)
+        return lambda: trainer.step(arrays)  # returns a float: waits for the device
+    if mode == "compile":
+        model.step = torch.compile(model.step)  # the unit greedy decoding repeats
+    source = {key: arrays[key] for key in ("src", "src_len")}
+    return lambda: contract.greedy(model, name, source, max_len=max_len)  # numpy out: waits for the device
+
+
+def count_gflop(name: str, task: str, impl: str, arrays: dict, max_len: int) -> float:
+    """Matmul GFLOP of one case (forward and backward for a train step), counted on the CPU."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    model = build(name, impl)
+    counter = FlopCounterMode(display=False)
+    with counter:
+        if task == "train_step":
+            contract.loss_and_grads(model, name, arrays)
+        else:
+            contract.greedy(model, name, {key: arrays[key] for key in ("src", "src_len")}, max_len=max_len)
+    return counter.get_total_flops() / 1e9
