@@ -34,7 +34,8 @@ def _compare(stack, name, schedule_kind):
     schedule = golden.schedule if schedule_kind == "golden schedule" else None
     tolerance = catalogue.get(name).tolerance
     expected = stack.run(written, name, golden.batch, teacher_forcing=schedule)
-    assert_all_close(stack.run(ours, name, golden.batch, teacher_forcing=schedule), expected, output_bounds(tolerance, "float64"), name)
+    actual = stack.run(ours, name, golden.batch, teacher_forcing=schedule)
+    assert_all_close(actual, expected, output_bounds(tolerance, "float64"), name)
     loss_written, grads_written = stack.loss_and_grads(written, name, golden.batch, teacher_forcing=schedule)
     loss, grads = stack.loss_and_grads(ours, name, golden.batch, teacher_forcing=schedule)
     assert_close(loss, loss_written, tolerance.f64_outputs, what=f"{name} loss")
