@@ -24,7 +24,7 @@ def test_the_full_profile_times_every_model_and_greedy_decoding_of_the_real_data
     assert {c.model for c in cases} == set(catalogue.built())
     greedy = {c.model for c in cases if c.task == "greedy"}
     assert greedy == {name for name in catalogue.built() if catalogue.get(name).variable_length}
-    assert {c.mode for c in cases if c.impl == "as_written"} == {"eager", "compile"}
+    assert {c.mode for c in cases if c.impl == "as_written"} == {"eager"}  # torch: as written in eager only
 
 
 def test_every_model_has_document_sizes_and_a_synthetic_batch_of_them():
