@@ -397,7 +397,8 @@ def run(profile_name: str, stacks: list[str], results_dir, threads: list[int] | 
             argv = [sys.executable, "-m", "shared.bench", stack, "--threads", str(count), "--profile", profile.name]
             argv += ["--results", str(results_dir)] + (["--models", ",".join(models)] if models else [])
             argv += ["--modes", ",".join(modes)] if modes else []
-            if subprocess.run(argv, env={**os.environ, **thread_environment(count)}).returncode != 0:
+            env = {"TF_CPP_MIN_LOG_LEVEL": "2", **os.environ, **thread_environment(count)}  # quiet TF unless asked
+            if subprocess.run(argv, env=env).returncode != 0:
                 raise RuntimeError(f"the {stack} bench process failed; its result file was not written")
             runs += 1
     return runs

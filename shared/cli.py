@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -156,8 +157,11 @@ def _key_values(pairs: list[str], what: str) -> dict:
 def _train(args) -> int:
     from dataclasses import replace
 
-    from shared import runner
+    from shared import data, runner
 
+    if args.skip_without_data and _no_data(args):
+        print(f"rosetta: {args.model} skipped: no data folder (--data-dir or {data.ENV_VAR})")
+        return 0
     defaults = runner.document_defaults(args.model)
     spec = defaults["spec"]
     changes = {"lr": args.lr, "eps": args.eps, "teacher_force_ratio": args.teacher_force, "optimizer": args.optimizer}
@@ -187,6 +191,13 @@ def _train(args) -> int:
                 return code
         return 0
     return runner.main(_child_argv(args, stacks[0]))
+
+
+def _no_data(args) -> bool:
+    """True when `args.model` reads a data set and no data folder is given."""
+    from shared import data
+
+    return data.dataset_for_model(args.model) not in (None, "reverse") and not (args.data_dir or os.environ.get(data.ENV_VAR))
 
 
 def _child_argv(args, stack: str) -> list[str]:
@@ -255,6 +266,7 @@ def _add_train(commands) -> None:
     train.add_argument("--data-option", action="append", metavar="KEY=VALUE", help="corpus option, e.g. train_size=20000")
     train.add_argument("--force", action="store_true", help="train again over an existing checkpoint of this stack")
     train.add_argument("--quiet", action="store_true", help="no progress bar")
+    train.add_argument("--skip-without-data", action="store_true", help="exit 0 with a note when no data folder is given")
     train.add_argument("--prepare", action="store_true", help="only write the run folder (run.json, corpus): train it elsewhere")
     train.set_defaults(func=_train)
     evaluate = commands.add_parser("evaluate", help="metrics of a run's checkpoint on a split")

@@ -67,3 +67,12 @@ def test_a_folder_without_training_is_refused(tmp_path):
         reproduction.summarize(tmp_path, "tf")
     with pytest.raises(ValueError, match="not been trained in both stacks"):
         reproduction.curve_difference(tmp_path)
+
+
+def test_the_report_job_skips_a_real_data_run_without_a_data_folder(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("ROSETTA_DATA_DIR", raising=False)
+    run_dir = tmp_path / "run"
+    assert rosetta(["train", "luong_general", "--run-dir", str(run_dir), "--skip-without-data"]) == 0
+    assert "skipped: no data folder" in capsys.readouterr().out and not run_dir.exists()
+    assert rosetta(["train", "luong_general", "--run-dir", str(run_dir)]) == 2  # without the flag: the error
+    assert "pass --data-dir or set ROSETTA_DATA_DIR" in capsys.readouterr().err

@@ -80,17 +80,26 @@ class BahdanauReverseTask(ReverseTaskBase):
         super().__init__(vocab_size, embedding_dim, hidden_size, embedding_dim + hidden_size, **kwargs)
 
     def decode_hoisted(self, enc_out, enc_hidden, dec_emb):
-        """Ours: the encoder's share of the score and the embeddings once, the output layer after the loop."""
+        """Ours: what does not depend on the step once (the encoder's share of the score, the embeddings'
+        share of the GRU's gates), one product for everything that reads s_{t-1} (the score's query and
+        the GRU's hidden gates), a GRU cell per step, the output layer once after the loop."""
         keys = self.keys(enc_out)  # [B, S, A]
-        prev_hidden, dec_outs, attention = enc_hidden, [], []  # s_{t-1}: [B, H]
+        E, A, cell = self.embedding_dim, keys.shape[2], self.decoder.cell
+        emb_share = ops.matmul(dec_emb, cell.kernel[:E]) + cell.bias[0]  # [B, T, 3H]
+        query_kernel, query_bias = self.query_projection()  # [H, A], [A]
+        state_kernel = ops.concatenate([query_kernel, cell.recurrent_kernel], axis=1)  # [H, A + 3H]
+        state_bias = ops.concatenate([query_bias, cell.bias[1]], axis=0)  # [A + 3H]
+        state, states, attention = enc_hidden, [], []  # s_{t-1}: [B, H]
         for t in range(dec_emb.shape[1]):
-            probs = ops.softmax(self.scores(keys, ops.expand_dims(prev_hidden, 1)), axis=-1)  # [B, 1, S]
-            context_vector = ops.matmul(probs, enc_out)  # [B, 1, S] @ [B, S, H] -> [B, 1, H]
-            s_t = ops.concatenate([dec_emb[:, t : t + 1], context_vector], axis=2)  # [B, 1, E + H]
-            dec_out_t, prev_hidden = self.decoder(s_t, initial_state=prev_hidden)  # [B, 1, H], [B, H]
-            dec_outs.append(dec_out_t)
+            state_share = ops.matmul(state, state_kernel) + state_bias  # [B, A + 3H]
+            query, hidden_share = state_share[:, :A], state_share[:, A:]  # [B, A], [B, 3H]
+            probs = ops.softmax(additive_scores(self.v, keys, ops.expand_dims(query, 1)), axis=-1)  # [B, 1, S]
+            context_vector = ops.squeeze(ops.matmul(probs, enc_out), 1)  # [B, 1, S] @ [B, S, H] -> [B, H]
+            input_share = emb_share[:, t] + ops.matmul(context_vector, cell.kernel[E:])  # [B, 3H]
+            state = gru_cell(input_share, hidden_share, state)  # [B, H]
+            states.append(state)
             attention.append(probs)
-        return self.output_layer(ops.concatenate(dec_outs, axis=1)), ops.concatenate(attention, axis=1)  # [B, T, V], [B, T, S]
+        return self.output_layer(ops.stack(states, axis=1)), ops.concatenate(attention, axis=1)  # [B, T, V], [B, T, S]
 
     def decode_as_written(self, enc_out, enc_hidden, dec_inputs):
         """The listing's loop: the score from scratch, the embedding and the output layer at every step."""
@@ -142,6 +151,16 @@ def dot_scores(keys, states):
     return ops.matmul(states, ops.transpose(keys, (0, 2, 1)))  # [B, T, K] @ [B, K, S]
 
 
+def gru_cell(input_share, hidden_share, state):
+    """One GRU step from its gates' two shares `x kernel + b_ih`, `h recurrent_kernel + b_hh` `(B, 3H)`
+    (Keras's gate order z, r, h; `reset_after=True`, torch's rule)."""
+    input_z, input_r, input_h = ops.split(input_share, 3, axis=1)  # [B, H] each
+    hidden_z, hidden_r, hidden_h = ops.split(hidden_share, 3, axis=1)
+    z, r = ops.sigmoid(input_z + hidden_z), ops.sigmoid(input_r + hidden_r)
+    candidate = ops.tanh(input_h + r * hidden_h)
+    return z * state + (1 - z) * candidate  # as Keras's own cell computes it
+
+
 def additive_scores(v, keys, queries):
     """`v . tanh(k_i + q_t)`: `(B, S, A)`, `(B, T, A)` -> `(B, T, S)`."""
     return ops.squeeze(v(ops.tanh(ops.expand_dims(keys, 1) + ops.expand_dims(queries, 2))), -1)  # [B, T, S, A] -> [B, T, S]
@@ -175,6 +194,11 @@ class ConcatScore:
     def scores(self, keys, states):
         return additive_scores(self.v, keys, ops.matmul(states, self.W_a.kernel[: self.hidden_size]))  # [B, T, S]
 
+    def query_projection(self):
+        """The decoder state's share of the score: `kernel[:H]`, no bias (the bias went to the keys)."""
+        kernel = self.W_a.kernel[: self.hidden_size]  # [H, A]
+        return kernel, ops.zeros((kernel.shape[1],), dtype=kernel.dtype)
+
     def scores_as_written(self, enc_out, state):
         return concat_scores(self.W_a, self.v, enc_out, state)  # [B, S]
 
@@ -200,6 +224,10 @@ class ReverseTaskV6(BahdanauReverseTask):
 
     def scores(self, keys, states):
         return additive_scores(self.v, keys, self.W_s(states))  # [B, T, S]
+
+    def query_projection(self):
+        """The decoder state's share of the score: `W_s`."""
+        return self.W_s.kernel, self.W_s.bias  # [H, A], [A]
 
     def scores_as_written(self, enc_out, state):
         enc_proj = self.W_h(enc_out)  # [B, S, A], at every step as the listing

@@ -75,17 +75,25 @@ class BahdanauReverseTask(ReverseTaskBase):
         super().__init__(vocab_size, embedding_dim, hidden_size, decoder_input_size=embedding_dim + hidden_size)
 
     def decode_hoisted(self, enc_out, enc_hidden, dec_emb):
-        """Ours: the encoder's share of the score and the embeddings once, the output layer after the loop."""
+        """Ours: what does not depend on the step once (the encoder's share of the score, the embeddings'
+        share of the GRU's gates), one product for everything that reads s_{t-1} (the score's query and
+        the GRU's hidden gates), a GRU cell per step, the output layer once after the loop."""
         keys = self.keys(enc_out)  # [B, S, A]
-        prev_hidden, dec_outs, attention = enc_hidden, [], []  # s_{t-1}: [1, B, H]
+        E, A, gru = self.embedding_dim, keys.shape[2], self.decoder
+        emb_share = F.linear(dec_emb, gru.weight_ih_l0[:, :E], gru.bias_ih_l0)  # [B, T, 3H]
+        query_weight, query_bias = self.query_projection()  # [A, H], [A]
+        state_weight = torch.cat([query_weight, gru.weight_hh_l0])  # [A + 3H, H]
+        state_bias = torch.cat([query_bias, gru.bias_hh_l0])  # [A + 3H]
+        state, states, attention = enc_hidden[-1], [], []  # s_{t-1}: [B, H]
         for t in range(dec_emb.shape[1]):
-            probs = torch.softmax(self.scores(keys, prev_hidden[-1].unsqueeze(1)), dim=-1)  # [B, 1, S]
-            context_vector = torch.bmm(probs, enc_out)  # [B, 1, S] @ [B, S, H] -> [B, 1, H]
-            s_t = torch.cat([dec_emb[:, t : t + 1], context_vector], dim=2)  # [B, 1, E + H]
-            dec_out_t, prev_hidden = self.decoder(s_t, prev_hidden)  # [B, 1, H], [1, B, H]
-            dec_outs.append(dec_out_t)
+            query, hidden_share = F.linear(state, state_weight, state_bias).split([A, state_bias.shape[0] - A], dim=1)
+            probs = torch.softmax(additive_scores(self.v, keys, query.unsqueeze(1)), dim=-1)  # [B, 1, S]
+            context_vector = torch.bmm(probs, enc_out).squeeze(1)  # [B, 1, S] @ [B, S, H] -> [B, H]
+            input_share = torch.addmm(emb_share[:, t], context_vector, gru.weight_ih_l0[:, E:].t())  # [B, 3H]
+            state = gru_cell(input_share, hidden_share, state)  # [B, H]
+            states.append(state)
             attention.append(probs)
-        return self.output_layer(torch.cat(dec_outs, dim=1)), torch.cat(attention, dim=1)  # [B, T, V], [B, T, S]
+        return self.output_layer(torch.stack(states, dim=1)), torch.cat(attention, dim=1)  # [B, T, V], [B, T, S]
 
     def decode_as_written(self, enc_out, enc_hidden, dec_inputs):
         """The listing's loop: the score from scratch, the embedding and the output layer at every step."""
@@ -132,6 +140,15 @@ class LuongReverseTask(ReverseTaskBase):
         return enc_out  # [B, S, H]
 
 
+def gru_cell(input_share: torch.Tensor, hidden_share: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+    """One GRU step from its gates' two shares `x W_ih^T + b_ih`, `h W_hh^T + b_hh` `[B, 3H]` (order r, z, n)."""
+    input_r, input_z, input_n = input_share.chunk(3, dim=1)  # [B, H] each
+    hidden_r, hidden_z, hidden_n = hidden_share.chunk(3, dim=1)
+    r, z = torch.sigmoid(input_r + hidden_r), torch.sigmoid(input_z + hidden_z)
+    n = torch.tanh(input_n + r * hidden_n)
+    return n + z * (state - n)  # (1 - z) n + z h, as torch's own cell computes it
+
+
 def dot_scores(keys: torch.Tensor, states: torch.Tensor) -> torch.Tensor:
     """`s_t . k_i` for every decoder and source step: `[B, S, K]`, `[B, T, K]` -> `[B, T, S]`."""
     return torch.bmm(states, keys.transpose(1, 2))  # [B, T, K] @ [B, K, S]
@@ -167,6 +184,11 @@ class ConcatScore:
     def scores(self, keys, states):
         return additive_scores(self.v, keys, F.linear(states, self.W_a.weight[:, : self.hidden_size]))  # [B, T, S]
 
+    def query_projection(self):
+        """The decoder state's share of the score: `W_a[:, :H]`, no bias (the bias went to the keys)."""
+        weight = self.W_a.weight[:, : self.hidden_size]  # [A, H]
+        return weight, weight.new_zeros(weight.shape[0])
+
     def scores_as_written(self, enc_out, state):
         return concat_scores(self.W_a, self.v, enc_out, state)  # [B, S]
 
@@ -189,6 +211,10 @@ class ReverseTaskV6(BahdanauReverseTask):
 
     def scores(self, keys, states):
         return additive_scores(self.v, keys, self.W_s(states))  # [B, T, S]
+
+    def query_projection(self):
+        """The decoder state's share of the score: `W_s`."""
+        return self.W_s.weight, self.W_s.bias  # [A, H], [A]
 
     def scores_as_written(self, enc_out, state):
         enc_proj = self.W_h(enc_out)  # [B, S, A], at every step as the listing
