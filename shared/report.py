@@ -689,7 +689,7 @@ def scaling_table(rows, sweep: str):
     numeric (failed: empty), and as printed (failed: "failed")."""
     import pandas as pd
 
-    frame = rows[rows["sweep"] == sweep]
+    frame = _with_document_point(rows, sweep)
     if frame.empty:
         return None, None
     size = SWEEP_SIZE[sweep]
@@ -703,6 +703,16 @@ def scaling_table(rows, sweep: str):
     numeric = shown.copy()
     numeric[shown.columns[len(index) :]] = shown[shown.columns[len(index) :]].apply(pd.to_numeric, errors="coerce")
     return numeric, shown
+
+
+def _with_document_point(rows, sweep: str):
+    """The rows of `sweep` and, for what it varies, the document-size rows: the point a sweep skips."""
+    import pandas as pd
+
+    frame = rows[rows["sweep"] == sweep]
+    same = ["model", "stack", "mode", "impl", "task", "machine", "device", "threads", "dtype"]
+    document = rows[rows["sweep"] == "document"].merge(frame[same].drop_duplicates(), on=same)
+    return frame if document.empty else pd.concat([frame, document], ignore_index=True)
 
 
 # ---------------------------------------------------------------- figures
@@ -805,7 +815,7 @@ def _seq_len_lines(rows, folder: Path) -> list[str]:
     """Lines per model/stack (in the mode each stack's sweep ran): train-step ms against the source length."""
     from matplotlib import colormaps
 
-    sweep = _select(rows, sweep="seq_len", task="train_step", impl="ours")
+    sweep = _select(_with_document_point(rows, "seq_len"), task="train_step", impl="ours")
     context = _pick_context(sweep)
     data = _ordered(_select(_in_context(sweep, context), status="ok"), ["model", "stack", "mode", "src_len"])
     if data.empty:
