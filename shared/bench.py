@@ -222,6 +222,21 @@ def time_calls(fn, warmup: int, repeats: int, big_repeats: int) -> dict:
 
 # --- the process's environment -------------------------------------------------------------------
 
+MATMUL_SIZE = {"cpu": 1024, "gpu": 8192}  # the square float32 product that measures a machine's peak
+
+
+def matmul_rate(product, n: int) -> float:
+    """GFLOP/s of `product()` (one n x n matmul that waits for its result): median of 10 after 3 warm-ups."""
+
+    def once() -> float:
+        started = time.perf_counter()
+        product()
+        return time.perf_counter() - started
+
+    for _ in range(3):
+        once()
+    return 2 * n**3 / statistics.median(once() for _ in range(10)) / 1e9
+
 
 def cpu_model() -> str:
     """The CPU's model name (from /proc/cpuinfo on Linux), else platform's description."""

@@ -7,9 +7,6 @@ same model computes the same products); `count_gflop` here returns None and the 
 
 from __future__ import annotations
 
-import statistics
-import time
-
 import keras
 import tensorflow as tf
 
@@ -55,18 +52,14 @@ def synchronize(device: str) -> None:
 
 
 def matmul_gflops(device: str) -> float:
-    """The median float32 GFLOP/s of a square matmul (1024 on CPU, 8192 on GPU): this machine's peak."""
-    n = 8192 if device == "gpu" else 1024
+    """The median float32 GFLOP/s of a square matmul (shared.bench.MATMUL_SIZE): this machine's peak."""
+    n = shared_bench.MATMUL_SIZE[device]
     a = tf.random.normal((n, n))
 
-    def once() -> float:
-        started = time.perf_counter()
+    def product() -> None:
         tf.linalg.matmul(a, a)[0, 0].numpy()  # one element back to the host: waits for the product
-        return time.perf_counter() - started
 
-    for _ in range(3):
-        once()
-    return 2 * n**3 / statistics.median(once() for _ in range(10)) / 1e9
+    return shared_bench.matmul_rate(product, n)
 
 
 def reset_peak_memory(device: str) -> None:

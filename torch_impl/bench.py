@@ -6,9 +6,6 @@ Mirrors tf_impl/bench.py function for function.
 
 from __future__ import annotations
 
-import statistics
-import time
-
 import torch
 
 from shared import bench as shared_bench
@@ -46,19 +43,15 @@ def synchronize(device: str) -> None:
 
 
 def matmul_gflops(device: str) -> float:
-    """The median float32 GFLOP/s of a square matmul (1024 on CPU, 8192 on GPU): this machine's peak."""
-    n = 8192 if device == "gpu" else 1024
+    """The median float32 GFLOP/s of a square matmul (shared.bench.MATMUL_SIZE): this machine's peak."""
+    n = shared_bench.MATMUL_SIZE[device]
     a = torch.randn(n, n, device="cuda" if device == "gpu" else "cpu")
 
-    def once() -> float:
-        started = time.perf_counter()
+    def product() -> None:
         a @ a
         synchronize(device)
-        return time.perf_counter() - started
 
-    for _ in range(3):
-        once()
-    return 2 * n**3 / statistics.median(once() for _ in range(10)) / 1e9
+    return shared_bench.matmul_rate(product, n)
 
 
 def reset_peak_memory(device: str) -> None:
