@@ -168,10 +168,11 @@ def cases(profile: Profile, stack: str, threads: int, device: str = "cpu") -> li
     return found
 
 
-def synthetic_batch(name: str, sizes: Sizes, seed: int = 0) -> dict[str, np.ndarray]:
-    """Random inputs of `sizes` for model `name` (document-size vocabularies; real tokens, no padding)."""
+def synthetic_batch(name: str, sizes: Sizes, seed: int = 0, config: dict | None = None) -> dict[str, np.ndarray]:
+    """Random inputs of `sizes` for model `name` at `config` (default: the document's vocabularies and
+    widths); real tokens, no padding."""
     spec, rng = catalogue.get(name), np.random.default_rng(seed)
-    config = spec.config
+    config = config or spec.config
     if spec.interface == "attention":
         return {
             "query": rng.standard_normal((sizes.batch, sizes.tgt_len, config["decoder_dim"])),

@@ -313,6 +313,31 @@ def _report(args) -> int:
     return 0
 
 
+def _port(args) -> int:
+    from shared import porting
+
+    catalogue.get(args.model)  # an unknown name fails first, listing the known ones
+    report = porting.port(args.source, args.destination, args.model, to=args.to, force=args.force,
+                          overrides=_key_values(args.set, "--set"), inputs=args.inputs, dtype=args.dtype)  # fmt: skip
+    print(porting.render(report, args.dtype))
+    return 0 if report.ok else 1
+
+
+def _add_port(commands) -> None:
+    from shared.porting import FORMATS
+
+    port = commands.add_parser("port", help="port trained weights between torch and Keras files, verified component by component")
+    port.add_argument("source", help="a .pt state_dict, a canonical .safetensors, or Keras .weights.h5")
+    port.add_argument("destination", help="the file to write (its name gives the format)")
+    port.add_argument("--model", required=True, help="catalogue name (rosetta models)")
+    port.add_argument("--to", choices=list(FORMATS), help="the destination's format, whatever its name")
+    port.add_argument("--set", action="append", metavar="KEY=VALUE", help="config where it differs from the document")
+    port.add_argument("--inputs", help="also verify on this .npz batch (src, src_len, tgt_in)")
+    port.add_argument("--dtype", choices=list(catalogue.DTYPES), default="float32")
+    port.add_argument("--force", action="store_true", help="replace an existing destination")
+    port.set_defaults(func=_port)
+
+
 def _add_bench_and_report(commands) -> None:
     from shared.bench import PROFILES
 
@@ -349,6 +374,7 @@ def main(argv: list[str] | None = None) -> int:
     equality.add_argument("--json", help="also write the maxima, training curves and fixture attention here (for rosetta report)")
     equality.set_defaults(func=_equality)
     _add_bench_and_report(commands)
+    _add_port(commands)
     _add_train(commands)
     args = parser.parse_args(argv)
     try:

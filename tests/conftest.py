@@ -44,7 +44,7 @@ if not STACKS:
 if "torch" not in STACKS:
     collect_ignore.append("test_torch_documents.py")
 if len(STACKS) < 2:
-    collect_ignore += ["test_cross.py", "test_training.py"]
+    collect_ignore += ["test_cross.py", "test_training.py", "test_porting.py"]
 
 
 @pytest.fixture(params=STACKS)

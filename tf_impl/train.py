@@ -99,7 +99,7 @@ def save_native(model, path: str | Path) -> None:
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=NATIVE_SUFFIX)
     os.close(handle)
     try:
-        model.save_weights(temporary, overwrite=True)
+        _weights_owner(model).save_weights(temporary, overwrite=True)
         os.chmod(temporary, 0o644)  # mkstemp makes 0600; a checkpoint is world-readable like every written file
         os.replace(temporary, path)
     except BaseException:
@@ -110,6 +110,18 @@ def save_native(model, path: str | Path) -> None:
 def load_native(model, path: str | Path) -> None:
     """Load a Keras `.weights.h5` file into `model` (built by `tf_impl.build` with the same config)."""
     try:
-        model.load_weights(str(path))
+        _weights_owner(model).load_weights(str(path))
     except Exception as error:  # h5py and Keras raise OSError, ValueError, KeyError, ... for bad files
         raise ValueError(f"{path}: not loadable Keras weights for this model ({type(error).__name__}: {error})") from None
+
+
+def _weights_owner(model):
+    """`model`, or for a bare layer (document 000's attention) a Model holding it: only Models save weights."""
+    if hasattr(model, "save_weights"):
+        return model
+    import keras
+
+    holder = keras.Model()
+    holder.layer = model
+    holder.built = True
+    return holder
