@@ -77,6 +77,20 @@ def step_schedules(name: str, spec: TrainSpec, batches: list[dict]) -> list[np.n
     return [schedules.draw(spec.teacher_force_ratio, batch["tgt_in"].shape[1] - 1, rng) for batch in batches]
 
 
+MOMENTS = ("exp_avg", "exp_avg_sq")  # Adam's per-weight state (torch's names), ported by the weights' leaf rules
+
+
+def check_optimizer_state(state) -> int:
+    """The step counter of a canonical optimizer state `{"step", "exp_avg", "exp_avg_sq"}`; ValueError if malformed."""
+    missing = [key for key in ("step", *MOMENTS) if key not in state]
+    if missing:
+        raise ValueError(f"optimizer state lacks {', '.join(missing)}")
+    step = state["step"]
+    if isinstance(step, bool) or not float(step).is_integer() or int(step) < 0:
+        raise ValueError(f"optimizer state step must be a non-negative integer, got {step!r}")
+    return int(step)
+
+
 # The spec of the training-equality tests: the documents' Adam (lr 1e-3), a clip that engages on the
 # fixtures (their global gradient norm starts above 0.5), and coin-flip teacher forcing.
 EQUALITY_SPEC = TrainSpec(lr=1e-3, clip_norm=0.5, teacher_force_ratio=0.5)
@@ -88,16 +102,38 @@ def train_fixture(stack, name: str, dtype: str, steps: int, spec: TrainSpec, los
 
     Returns the loss curve, the weights after training, and the global gradient norm of every step.
     """
-    catalogue_spec = catalogue.get(name)
-    config = {**catalogue_spec.fixture_config}
+    trainer = fixture_trainer(stack, name, dtype, spec, loss)
+    curve = _train_steps(trainer, name, spec, 0, steps)
+    return {"curve": np.array(curve), "weights": stack.get_weights(trainer.model), "grad_norms": np.array(trainer.grad_norms)}
+
+
+def fixture_trainer(stack, name: str, dtype: str, spec: TrainSpec, loss=None, weights=None):
+    """`stack`'s Trainer over the fixture-size model holding `weights` (default: the golden ones), dropout off."""
+    config = {**catalogue.get(name).fixture_config}
     if "dropout" in config:
         config["dropout"] = 0.0  # dropout masks cannot match across stacks: equality is proved without them
     model = stack.build(name, dtype, **config)
-    stack.set_weights(model, fixtures.load_golden(name).weights)
-    batches = list(fixture_batches(name, steps))
-    trainer = importlib.import_module(f"{stack.__name__}.train").Trainer(model, name, spec, loss)
-    curve = [trainer.step(batch, schedule) for batch, schedule in zip(batches, step_schedules(name, spec, batches), strict=True)]
-    return {"curve": np.array(curve), "weights": stack.get_weights(model), "grad_norms": np.array(trainer.grad_norms)}
+    stack.set_weights(model, fixtures.load_golden(name).weights if weights is None else weights)
+    return importlib.import_module(f"{stack.__name__}.train").Trainer(model, name, spec, loss)
+
+
+def _train_steps(trainer, name: str, spec: TrainSpec, start: int, stop: int) -> list[float]:
+    """Steps `start` to `stop` of the fixture sequence (batches and schedules as one run from step 0 sees them)."""
+    batches = list(fixture_batches(name, stop))
+    schedules = step_schedules(name, spec, batches)
+    return [trainer.step(batches[i], schedules[i]) for i in range(start, stop)]
+
+
+def continue_in(name: str, dtype: str, first, second, steps: int, more: int, port_state: bool = True) -> dict:
+    """Train `first` for `steps` steps, hand its weights (and, if `port_state`, Adam's moments and step
+    counter) to `second`, and train `more` steps there; the curve of those, and the weights at the end."""
+    before = fixture_trainer(first, name, dtype, EQUALITY_SPEC)
+    _train_steps(before, name, EQUALITY_SPEC, 0, steps)
+    after = fixture_trainer(second, name, dtype, EQUALITY_SPEC, weights=first.get_weights(before.model))
+    if port_state:
+        after.load_optimizer_state(before.optimizer_state())
+    curve = _train_steps(after, name, EQUALITY_SPEC, steps, steps + more)
+    return {"curve": np.array(curve), "weights": second.get_weights(after.model)}
 
 
 def compare_training(name: str, dtype: str, reference, candidate, steps: int = EQUALITY_STEPS, candidate_spec=None,

@@ -13,7 +13,7 @@ STACK_SPECIFIC = {"tf_impl/layers.py", "tf_impl/optim.py"}
 FRAMEWORK_METHODS = {"forward": "call"}  # the call method is the only name the frameworks decide
 # the Keras walk over attribute paths; on the torch side state_dict() is that walk
 ONE_STACK_FUNCTIONS = {
-    "weights.py": {"leaf", "leaves"},
+    "weights.py": {"leaf", "leaves", "assign_through_rules"},
     "tf_tutorial.py": {"keras_initializers"},  # torch starts from Keras's default distributions; Keras has them
 }
 

@@ -18,7 +18,8 @@ import pytest
 import tf_impl
 import torch_impl
 from shared import catalogue, fixtures, runner, safetensors_io
-from shared.training import EQUALITY_SPEC, compare_training
+from shared.equality import assert_close
+from shared.training import EQUALITY_SPEC, compare_training, continue_in, fixture_trainer, train_fixture
 from tests.conftest import MAXIMA
 
 MODELS = catalogue.built()
@@ -39,6 +40,42 @@ def test_zero_gradient_weights_have_zero_gradient(name):
     grads = fixtures.load_golden(name).grads
     for key in catalogue.get(name).zero_gradient_weights:
         assert np.abs(grads[key]).max() < 1e-15, key
+
+
+# ---- Adam's state ported: training resumed in the other stack stays on the same curve ----
+
+RESUME_AFTER, RESUME_FOR = 12, 12
+DIRECTIONS = {"torch->tf": (torch_impl, tf_impl), "tf->torch": (tf_impl, torch_impl)}
+
+
+@pytest.mark.parametrize("direction", DIRECTIONS)
+@pytest.mark.parametrize("name", ["reverse_bahdanau", "bahdanau_bigru", "luong_general", "tf_tutorial"])
+def test_training_resumed_in_the_other_stack_follows_the_same_curve(name, direction):
+    first, second = DIRECTIONS[direction]
+    reference = train_fixture(first, name, "float64", RESUME_AFTER + RESUME_FOR, EQUALITY_SPEC)
+    resumed = continue_in(name, "float64", first, second, RESUME_AFTER, RESUME_FOR)
+    assert_close(resumed["curve"], reference["curve"][RESUME_AFTER:], 1e-9, what=f"{name} {direction} resumed curve")
+    for key, value in reference["weights"].items():
+        assert_close(resumed["weights"][key], value, 1e-9, what=f"{name} {direction} {key}")
+
+
+def test_negative_control_resuming_without_adams_state_is_caught():
+    """A fresh Adam (step 0, zero moments) after the port: the continued curve leaves the reference's."""
+    reference = train_fixture(torch_impl, "reverse_bahdanau", "float64", RESUME_AFTER + RESUME_FOR, EQUALITY_SPEC)
+    naive = continue_in("reverse_bahdanau", "float64", torch_impl, tf_impl, RESUME_AFTER, RESUME_FOR, port_state=False)
+    with pytest.raises(AssertionError, match="max \\|diff\\|"):
+        assert_close(naive["curve"], reference["curve"][RESUME_AFTER:], 1e-9, what="resumed without Adam's state")
+
+
+def test_a_malformed_optimizer_state_is_refused():
+    for stack in (torch_impl, tf_impl):
+        trainer = fixture_trainer(stack, "reverse_rnn", "float64", EQUALITY_SPEC)
+        with pytest.raises(ValueError, match="lacks exp_avg_sq"):
+            trainer.load_optimizer_state({"step": 3, "exp_avg": {}})
+        state = trainer.optimizer_state()
+        state["exp_avg"] = {key: value for key, value in state["exp_avg"].items() if key != "decoder.bias_hh_l0"}
+        with pytest.raises(ValueError, match="missing keys: decoder.bias_hh_l0"):
+            trainer.load_optimizer_state(state)
 
 
 # ---- negative controls: each naive training setup fails the same comparison ----

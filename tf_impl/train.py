@@ -13,14 +13,15 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
+import numpy as np
 import tensorflow as tf
 
 from shared import catalogue
-from shared.training import TrainSpec
+from shared.training import MOMENTS, TrainSpec, check_optimizer_state
 from shared.validation import prepare
 from tf_impl.contract import _loss, _outputs, _tensors
 from tf_impl.optim import clip_grad_norm, make_optimizer
-from tf_impl.weights import leaves
+from tf_impl.weights import assign_through_rules, get_grads, leaves
 
 NATIVE_SUFFIX = ".weights.h5"
 MODES = ("eager", "function", "xla")  # function: one tf.function per update; xla: compiled with jit_compile=True
@@ -70,6 +71,34 @@ class Trainer:
         gradients, norm = clip_grad_norm(gradients, torch_clip)
         self.optimizer.apply_gradients([(g, v) for g, v in zip(gradients, self.variables, strict=True) if g is not None])
         return loss, norm
+
+    def optimizer_state(self) -> dict:
+        """Adam's state in canonical layout: `step`, and `exp_avg`, `exp_avg_sq` keyed like the weights
+        (torch's names; the moments pass the weights' leaf rules, as gradients do)."""
+        self._check_torch_adam()
+        slots = self._slots()
+        moments = {
+            name: get_grads(self.model, lambda variable, i=i: np.array(slots[id(variable)][i].numpy()))
+            for i, name in enumerate(MOMENTS)
+        }
+        return {"step": int(self.optimizer.iterations.numpy()), **moments}
+
+    def load_optimizer_state(self, state: Mapping) -> None:
+        """Continue from another Trainer's `optimizer_state` (either stack): moments and step counter."""
+        self._check_torch_adam()
+        step = check_optimizer_state(state)
+        slots = self._slots()
+        for i, name in enumerate(MOMENTS):
+            assign_through_rules(self.model, state[name], lambda variable, i=i: slots[id(variable)][i])
+        self.optimizer.iterations.assign(step)
+
+    def _slots(self) -> dict:
+        pairs = zip(self.optimizer._exp_avgs, self.optimizer._exp_avg_sqs, strict=True)
+        return {id(variable): pair for variable, pair in zip(self.variables, pairs, strict=True)}
+
+    def _check_torch_adam(self) -> None:
+        if self.spec.optimizer != "torch_adam":
+            raise ValueError(f"optimizer state ports for torch_adam only; this Trainer runs {self.spec.optimizer}")
 
     def _forward_loss(self, tensors: dict, forced):
         spec = catalogue.get(self.name)

@@ -90,13 +90,19 @@ def set_weights(model, weights: Mapping[str, np.ndarray], rules: Mapping[str, Le
     Args:
         rules: the leaf rule table; tests pass a deliberately wrong one to prove the check catches it.
     """
+    assign_through_rules(model, weights, lambda variable: variable, rules)
+
+
+def assign_through_rules(model, arrays: Mapping[str, np.ndarray], target: Callable, rules: Mapping[str, LeafRule] = RULES):
+    """Convert canonical `arrays` (weight-shaped: weights, or Adam's moments) by the leaf rules and assign
+    each to `target(variable)` (the variable itself, or its optimizer slot); strict, as set_weights."""
     plan = list(_plan(model, rules))
     expected = {join_key(prefix, sfx): value.shape for prefix, _, _, canon in plan for sfx, value in canon.items()}
-    check_weights(expected, weights, type(model).__name__)
+    check_weights(expected, arrays, type(model).__name__)
     for prefix, rule, variables, canon in plan:
-        values = rule.to_keras({sfx: np.asarray(weights[join_key(prefix, sfx)]) for sfx in canon})
+        values = rule.to_keras({sfx: np.asarray(arrays[join_key(prefix, sfx)]) for sfx in canon})
         for name, variable in variables.items():
-            variable.assign(values[name].astype(variable.dtype))
+            target(variable).assign(values[name].astype(variable.dtype))
 
 
 def get_grads(model, gradient: Callable, rules: Mapping[str, LeafRule] = RULES) -> dict[str, np.ndarray]:

@@ -10,11 +10,13 @@ import io
 from collections.abc import Mapping
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from shared import catalogue
 from shared.atomic import write_atomic
-from shared.training import TrainSpec, check_torch_rule
+from shared.canonical import check_weights
+from shared.training import MOMENTS, TrainSpec, check_optimizer_state, check_torch_rule
 from shared.validation import prepare
 from torch_impl.contract import _loss, _outputs, _tensors
 
@@ -61,6 +63,37 @@ class Trainer:
         norm = torch.nn.utils.clip_grad_norm_(self.variables, max_norm)
         self.optimizer.step()
         return loss.detach(), norm
+
+    def optimizer_state(self) -> dict:
+        """Adam's state in canonical layout: `step`, and `exp_avg`, `exp_avg_sq` keyed like the weights."""
+        self._check_torch_adam()
+        names = {id(param): name for name, param in self.model.named_parameters()}
+        state, slots, step = {name: {} for name in MOMENTS}, self._slots(), 0
+        for param in self.variables:
+            found = slots[id(param)]
+            step = max(step, int(found.get("step", 0)))
+            for name in MOMENTS:
+                value = found.get(name, torch.zeros_like(param))
+                state[name][names[id(param)]] = value.detach().cpu().numpy().copy()
+        return {"step": step, **state}
+
+    def load_optimizer_state(self, state: Mapping) -> None:
+        """Continue from another Trainer's `optimizer_state` (either stack): moments and step counter."""
+        self._check_torch_adam()
+        step = check_optimizer_state(state)
+        shapes = {name: tuple(param.shape) for name, param in self.model.named_parameters()}
+        for name in MOMENTS:
+            check_weights(shapes, state[name], f"{type(self.model).__name__} ({name})")
+        for key, param in self.model.named_parameters():
+            moments = {name: torch.as_tensor(np.asarray(state[name][key])).to(param) for name in MOMENTS}  # dtype, device
+            self.optimizer.state[param] = {"step": torch.tensor(float(step)), **moments}
+
+    def _slots(self) -> dict:
+        return {id(param): self.optimizer.state.get(param, {}) for param in self.variables}
+
+    def _check_torch_adam(self) -> None:
+        if self.spec.optimizer != "torch_adam":
+            raise ValueError(f"optimizer state ports for torch_adam only; this Trainer runs {self.spec.optimizer}")
 
     def _forward_loss(self, tensors: dict, forced):
         spec = catalogue.get(self.name)
