@@ -127,6 +127,8 @@ def port(source, destination, model: str, to: str | None = None, force: bool = F
     spec = catalogue.get(model)
     source, destination = Path(source), Path(destination)
     source_format, destination_format = format_of(source), format_of(destination, to)
+    if not destination.parent.is_dir():
+        raise ValueError(f"{destination.parent} is not a folder: create it first")
     if destination.exists() and not force:
         raise ValueError(f"{destination} exists: pass --force to replace it")
     if destination.resolve() == source.resolve():

@@ -119,6 +119,8 @@ def test_bad_requests_fail_with_one_clear_error_and_leave_nothing(tmp_path, caps
     assert "cannot tell the format" in err
     err = _port_error(tmp_path, capsys, [str(tmp_path / "m.pt"), str(tmp_path / "o.weights.h5"), "--model", name])
     assert "mis-shaped keys" in err  # fixture-size weights into the document-size model
+    err = _port_error(tmp_path, capsys, [str(tmp_path / "m.pt"), str(tmp_path / "no" / "o.pt"), "--model", name, *sets])
+    assert "is not a folder" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 
@@ -131,7 +133,7 @@ def test_broken_or_unsafe_source_files_are_refused(tmp_path, capsys, damage):
     elif damage == "not weights":
         path.write_bytes(b"hello, not a checkpoint\n" * 10)
     else:
-        path.write_bytes(pickle.dumps(_Payload(str(marker))))
+        path.write_bytes(pickle.dumps(_Payload(str(marker)), protocol=2))
     sets = [f"--set={k}={v}" for k, v in _overrides(name).items()]
     err = _port_error(tmp_path, capsys, [str(path), str(tmp_path / "o.weights.h5"), "--model", name, *sets])
     assert "not a loadable torch state_dict" in err
