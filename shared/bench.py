@@ -35,6 +35,7 @@ from shared.training import TrainSpec
 
 SCHEMA = 1
 STACK_MODES = {"torch": ("eager", "compile"), "tf": ("eager", "function", "xla")}
+ALL_MODES = tuple(dict.fromkeys(mode for modes in STACK_MODES.values() for mode in modes))  # eager, compile, function, xla
 COMPILED_MODES = {"compile", "xla"}  # slow to build: the default profile runs them at one thread count
 BENCH_SPEC = TrainSpec(lr=1e-3, clip_norm=1.0)  # every train step: Adam and global-norm clipping, teacher forcing on
 REVERSE_MODELS = tuple(name for name in catalogue.built() if catalogue.get(name).document == "001")
@@ -391,10 +392,9 @@ def restrict(profile: Profile, models=None, modes=None) -> Profile:
         sweep = tuple(m for m in profile.sweep_models if m in models)
         profile = dataclasses.replace(profile, models=tuple(models), sweep_models=sweep, tag=profile.tag + "-" + "-".join(models))
     if modes:
-        known = sorted({m for stack_modes in STACK_MODES.values() for m in stack_modes})
-        unknown = sorted(set(modes) - set(known))
+        unknown = sorted(set(modes) - set(ALL_MODES))
         if unknown:
-            raise ValueError(f"unknown mode(s) {', '.join(unknown)}; known: {', '.join(known)}")
+            raise ValueError(f"unknown mode(s) {', '.join(unknown)}; known: {', '.join(ALL_MODES)}")
         profile = dataclasses.replace(profile, modes=tuple(modes), tag=profile.tag + "-" + "-".join(modes))
     return profile
 

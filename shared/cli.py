@@ -43,7 +43,12 @@ def _equality(args) -> int:
 
     stacks = [importlib.import_module(module) for module in ("torch_impl", "tf_impl")]
     names = args.models or catalogue.built()
-    rows, failures = _measure(names, lambda name, dtype: equality.compare_stacks(name, dtype, *stacks))
+    outputs = {}  # (name, dtype) -> both stacks' fixture outputs, for the report's heatmaps
+
+    def compare(name, dtype):
+        return equality.compare_stacks(name, dtype, *stacks, outputs=outputs.setdefault((name, dtype), {}))
+
+    rows, failures = _measure(names, compare)
     title = "Max |torch - tf| on the golden fixtures (outputs, loss: float64 <= 1e-12, float32 <= 1e-5 + 1e-5 rel)"
     sections, curves = [(title, "equality", rows)], {}
     if args.training:
@@ -68,30 +73,29 @@ def _equality(args) -> int:
         for _, block, table in sections:
             _replace_block(Path(args.readme), block, "\n".join(equality.maxima_table(table)))
     if args.json:
-        _write_json(args.json, _equality_record(stacks, sections, curves, failures))
+        _write_json(args.json, _equality_record(sections, outputs, curves, failures))
     return 1 if failures else 0
 
 
-def _equality_record(stacks, sections, curves: dict, failures: list[str]) -> dict:
+def _equality_record(sections, outputs: dict, curves: dict, failures: list[str]) -> dict:
     """What `rosetta report` reads: the maxima as tidy rows, both training curves, the fixture attention."""
-    from shared import equality
 
     def tidy(table):
         return [{"model": m, "dtype": d, "quantity": q, "max_abs": v} for (m, d), row in table.items() for q, v in row.items()]
 
     tables = {block: table for _, block, table in sections}
-    outputs = tables["equality"]
+    maxima = tables["equality"]
     greedy = [
-        {"model": m, "dtype": d, "tokens_equal": True} for m, d in outputs if catalogue.get(m).variable_length
+        {"model": m, "dtype": d, "tokens_equal": True} for m, d in maxima if catalogue.get(m).variable_length
     ]  # compare_stacks asserts equal ids: a model with different ids is a failure, not a row
-    attention = []
-    for name in sorted({m for m, _ in outputs}):
-        found = [equality.results(stack, name, "float64")["outputs"].get("attention") for stack in stacks]
-        if found[0] is not None:
-            attention.append({"model": name, "torch": found[0][0].tolist(), "tf": found[1][0].tolist()})
+    attention = [
+        {"model": m, "torch": found["reference"]["attention"][0].tolist(), "tf": found["candidate"]["attention"][0].tolist()}
+        for (m, d), found in sorted(outputs.items())
+        if d == "float64" and "attention" in found.get("reference", {})
+    ]
     return {
         "schema": 1,
-        "outputs": tidy(outputs),
+        "outputs": tidy(maxima),
         "greedy": greedy,
         "training": tidy(tables.get("training", {})),
         "drift": tidy(tables.get("drift", {})),

@@ -25,7 +25,6 @@ import numpy as np
 
 from shared import catalogue, safetensors_io
 from shared.bench import Sizes, synthetic_batch
-from shared.canonical import check_weights
 from shared.equality import output_bounds
 
 
@@ -70,6 +69,11 @@ class Component:
     max_abs: float | None  # None: compared for equality (token ids)
     ok: bool
 
+    def value(self) -> str:
+        if self.max_abs is None:
+            return "ids equal" if self.ok else "ids differ"
+        return f"max |diff| {self.max_abs:.1e}"
+
 
 @dataclasses.dataclass
 class PortReport:
@@ -99,10 +103,7 @@ def read(stack, path, fmt: Format, name: str, config: dict, dtype: str):
         raise ValueError(f"{path}: no such file")
     model = stack.build(name, dtype, **config)
     if fmt.name == "safetensors":
-        tensors, _ = safetensors_io.load(path)
-        shapes = {key: array.shape for key, array in stack.get_weights(model).items()}
-        check_weights(shapes, tensors, f"model {name!r}")
-        stack.set_weights(model, tensors)
+        stack.set_weights(model, safetensors_io.load(path)[0])  # strict: set_weights lists every bad key
     else:
         importlib.import_module(f"{stack.__name__}.train").load_native(model, path)
     return model
@@ -134,20 +135,20 @@ def port(source, destination, model: str, to: str | None = None, force: bool = F
     if destination.resolve() == source.resolve():
         raise ValueError(f"{destination} is the source file")
     config = catalogue.resolve_config(spec, dtype, overrides or {})
-    source_stack_name, destination_stack_name = _stacks_for(source_format, destination_format)
-    stacks = import_stacks(source_stack_name, destination_stack_name)
-    reference = read(stacks[source_stack_name], source, source_format, model, config, dtype)
+    names = _stacks_for(source_format, destination_format)  # (source's, destination's): may be the same
+    stacks = import_stacks(*names)
+    source_stack, destination_stack = (stacks[name] for name in names)
+    reference = read(source_stack, source, source_format, model, config, dtype)
     batches = [synthetic_batch(model, VERIFY_SIZES, config=config)] + ([_load_inputs(inputs)] if inputs else [])
     staging = Path(tempfile.mkdtemp(prefix=f".{destination.name}.", dir=destination.parent))
     try:
         staged = staging / destination.name
-        target = stacks[destination_stack_name].build(model, dtype, **config)
-        stacks[destination_stack_name].set_weights(target, stacks[source_stack_name].get_weights(reference))
-        write(stacks[destination_stack_name], target, staged, destination_format, model)
-        candidate = read(stacks[destination_stack_name], staged, destination_format, model, config, dtype)
-        components = verify(model, config, dtype, stacks[source_stack_name], reference, stacks[destination_stack_name],
-                            candidate, batches)  # fmt: skip
-        weights = stacks[source_stack_name].get_weights(reference)
+        weights = source_stack.get_weights(reference)
+        target = destination_stack.build(model, dtype, **config)
+        destination_stack.set_weights(target, weights)
+        write(destination_stack, target, staged, destination_format, model)
+        candidate = read(destination_stack, staged, destination_format, model, config, dtype)
+        components = verify(model, dtype, source_stack, reference, destination_stack, candidate, batches)
         report = PortReport(source, destination, model, source_format, destination_format, len(weights),
                             sum(array.size for array in weights.values()), components)  # fmt: skip
         if report.ok:
@@ -185,8 +186,9 @@ def _load_inputs(path) -> dict[str, np.ndarray]:
         raise ValueError(f"{path}: not a readable .npz batch ({error})") from None
 
 
-def verify(model: str, config: dict, dtype: str, reference_stack, reference, candidate_stack, candidate,
-           batches: list[dict]) -> list[Component]:  # fmt: skip
+def verify(
+    model: str, dtype: str, reference_stack, reference, candidate_stack, candidate, batches: list[dict]
+) -> list[Component]:
     """Max |reference - candidate| per component on every batch: the attention weights of each decoder
     step, the logits (context for the attention layer), and whether greedy decoding gives the same ids."""
     spec = catalogue.get(model)
@@ -226,10 +228,7 @@ def render(report: PortReport, dtype: str) -> str:
         f"verification ({dtype}; bound {atol:g} abs + {rtol:g} rel):",
     ]
     for component in report.components:
-        value = "ids equal" if component.max_abs is None and component.ok else "ids differ" if component.max_abs is None else (
-            f"max |diff| {component.max_abs:.1e}"
-        )  # fmt: skip
-        lines.append(f"  {component.name:34s} {value:22s} {'ok' if component.ok else 'FAILED'}")
+        lines.append(f"  {component.name:34s} {component.value():22s} {'ok' if component.ok else 'FAILED'}")
     failure = report.first_failure
     lines.append("ported." if failure is None else f"not ported: {failure.name} differs (nothing written)")
     return "\n".join(lines)

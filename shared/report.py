@@ -21,12 +21,14 @@ from pathlib import Path
 
 import numpy as np
 
-from shared import catalogue, evaluation, plots
+from shared import catalogue, plots
 from shared.atomic import write_atomic
+from shared.bench import ALL_MODES, STACK_MODES
+from shared.reproduction import document_figures
 
 STACKS = ("torch", "tf")
 LABELS = {"torch": "torch", "tf": "TF"}
-MODES = {"torch": ("eager", "compile"), "tf": ("eager", "function", "xla")}
+MODES = STACK_MODES
 # the mode the headline compares ours with as written in: how each stack's code usually runs (PyTorch
 # eagerly, as the documents' listings; Keras in a tf.function, as the TF tutorial's train_step)
 SPEEDUP_MODE = {"torch": "eager", "tf": "function"}
@@ -54,7 +56,7 @@ QUANTITIES += ("loss curve", "trained weights", "clipped steps")  # after traini
 ORDER = {
     "model": tuple(catalogue.CATALOGUE),
     "stack": STACKS,
-    "mode": ("eager", "compile", "function", "xla"),
+    "mode": ALL_MODES,
     "impl": CHOICES["impl"],
     "task": TASKS,
     "device": CHOICES["device"],
@@ -635,20 +637,8 @@ def _loss_record(summary: dict) -> dict:
         "BLEU": final.get("bleu"),
         "doc-protocol loss": final.get("document_loss"),
         "doc-protocol ppl": final.get("document_perplexity"),
-        "document reports": _document_figures(summary["model"], document, summary["dataset"]),
+        "document reports": document_figures(summary["model"], document, summary["dataset"]),
     }
-
-
-def _document_figures(model: str, document: str, dataset: str) -> str:
-    """The figures the model's document reports (evaluation.DOCUMENT_RESULTS), as the reproduction page."""
-    if dataset == "reverse":
-        return "no figure (target: sequence accuracy >= 99%)"
-    reported = evaluation.DOCUMENT_RESULTS.get(document)
-    if reported is None:
-        return "-"
-    if reported["model"] != model:
-        return f"(for {reported['model']})"
-    return ", ".join(f"{key} {value}" for key, value in reported["figures"].items())
 
 
 def _group_min(rows, keys: list[str], mask):

@@ -106,19 +106,27 @@ def table(summaries: list[dict]) -> list[str]:
         ran += f", {final['split']} ({final['sentences']})" if final else ""
         ran += "".join(f"; {key}={value}" for key, value in _changed_config(s).items())
         document = evaluation.DOCUMENT_RESULTS.get(s["document"], {})
-        reported = ", ".join(f"{key} {value}" for key, value in document.get("figures", {}).items())
-        if document and document["model"] != s["model"]:
-            reported = f"(for {document['model']})"
-        if s["dataset"] == "reverse":
-            reported = "no figure (target: sequence accuracy >= 99%)"
+        reported = document_figures(s["model"], s["document"], s["dataset"])
         as_document = f"{_number(final.get('document_loss'))} / {_number(final.get('document_perplexity'))}"
         bleu = _number(final.get("bleu"), 1)
         name = s["model"] if s.get("run", s["model"]) == s["model"] else f"{s['model']} ({s['run']})"
         cells = [name, s["document"], s["stack"], s["device"], ran, _number(final.get("loss"), 3)]
         cells += [_number(final.get("perplexity")), as_document if document else "-", bleu]
-        cells += [_number(100 * final["sequence_accuracy"], 1) + "%" if final else "-", reported or "-"]
+        cells += [_number(100 * final["sequence_accuracy"], 1) + "%" if final else "-", reported]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
+
+
+def document_figures(model: str, document: str, dataset: str) -> str:
+    """The figures `model`'s document reports (evaluation.DOCUMENT_RESULTS), as a table cell."""
+    if dataset == "reverse":
+        return "no figure (target: sequence accuracy >= 99%)"
+    reported = evaluation.DOCUMENT_RESULTS.get(document)
+    if reported is None:
+        return "-"
+    if reported["model"] != model:
+        return f"(for {reported['model']})"
+    return ", ".join(f"{key} {value}" for key, value in reported["figures"].items())
 
 
 def _changed_config(summary: dict) -> dict:

@@ -191,5 +191,5 @@ def test_verification_catches_a_naive_conversion(tmp_path):
     batch = porting.synthetic_batch(
         name, porting.VERIFY_SIZES, config=catalogue.resolve_config(catalogue.get(name), "float32", _overrides(name))
     )
-    components = porting.verify(name, {}, "float32", torch_impl, reference, tf_impl, candidate, [batch])
+    components = porting.verify(name, "float32", torch_impl, reference, tf_impl, candidate, [batch])
     assert not all(component.ok for component in components)

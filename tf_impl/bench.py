@@ -47,10 +47,6 @@ def thread_settings() -> dict[str, int]:
     return {"intra_op": threading.get_intra_op_parallelism_threads(), "inter_op": threading.get_inter_op_parallelism_threads()}
 
 
-def synchronize(device: str) -> None:
-    """Nothing to do: every timed call returns host values (`float`, `.numpy()`), which waits for the device."""
-
-
 def matmul_gflops(device: str) -> float:
     """The median float32 GFLOP/s of a square matmul (shared.bench.MATMUL_SIZE): this machine's peak."""
     n = shared_bench.MATMUL_SIZE[device]

@@ -37,11 +37,6 @@ def thread_settings() -> dict[str, int]:
     return {"intra_op": torch.get_num_threads(), "inter_op": torch.get_num_interop_threads()}
 
 
-def synchronize(device: str) -> None:
-    if device == "gpu":
-        torch.cuda.synchronize()
-
-
 def matmul_gflops(device: str) -> float:
     """The median float32 GFLOP/s of a square matmul (shared.bench.MATMUL_SIZE): this machine's peak."""
     n = shared_bench.MATMUL_SIZE[device]
@@ -49,7 +44,8 @@ def matmul_gflops(device: str) -> float:
 
     def product() -> None:
         a @ a
-        synchronize(device)
+        if device == "gpu":
+            torch.cuda.synchronize()
 
     return shared_bench.matmul_rate(product, n)
 
