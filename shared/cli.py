@@ -322,7 +322,8 @@ def _port(args) -> int:
 
     catalogue.get(args.model)  # an unknown name fails first, listing the known ones
     report = porting.port(args.source, args.destination, args.model, to=args.to, force=args.force,
-                          overrides=_key_values(args.set, "--set"), inputs=args.inputs, dtype=args.dtype)  # fmt: skip
+                          overrides=_key_values(args.set, "--set"), inputs=args.inputs, dtype=args.dtype,
+                          with_optimizer=args.with_optimizer)  # fmt: skip
     print(porting.render(report, args.dtype))
     return 0 if report.ok else 1
 
@@ -331,7 +332,7 @@ def _add_port(commands) -> None:
     from shared.porting import FORMATS
 
     port = commands.add_parser("port", help="port trained weights between torch and Keras files, verified component by component")
-    port.add_argument("source", help="a .pt state_dict, a canonical .safetensors, or Keras .weights.h5")
+    port.add_argument("source", help="a .pt state_dict or checkpoint, a canonical .safetensors, Keras .weights.h5 or .keras")
     port.add_argument("destination", help="the file to write (its name gives the format)")
     port.add_argument("--model", required=True, help="catalogue name (rosetta models)")
     port.add_argument("--to", choices=list(FORMATS), help="the destination's format, whatever its name")
@@ -339,6 +340,7 @@ def _add_port(commands) -> None:
     port.add_argument("--inputs", help="also verify on this .npz batch (src, src_len, tgt_in)")
     port.add_argument("--dtype", choices=list(catalogue.DTYPES), default="float32")
     port.add_argument("--force", action="store_true", help="replace an existing destination")
+    port.add_argument("--with-optimizer", action="store_true", help="port Adam's moments and step counter too")
     port.set_defaults(func=_port)
 
 

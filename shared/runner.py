@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from shared import catalogue, data, safetensors_io
+from shared import catalogue, data, safetensors_io, training
 from shared import teacher_forcing as schedules
 from shared.atomic import write_atomic
 from shared.evaluation import encode_sentence, evaluate, rerun_greedy
@@ -240,10 +240,10 @@ def _loop(run: RunConfig, stack, model, trainer, corpus: data.Corpus, out: Path,
                 log.append(_train_step(run, trainer, corpus, batch, step, epoch, saved, out))
                 bar.update(step, log[-1]["loss"])
                 if step % run.checkpoint_every == 0:
-                    saved = _checkpoint(stack, model, run, corpus, out, step, epoch, log)
+                    saved = _checkpoint(stack, trainer, run, corpus, out, step, epoch, log)
                 if step == total:
                     break
-            saved = _checkpoint(stack, model, run, corpus, out, step, epoch, log)
+            saved = _checkpoint(stack, trainer, run, corpus, out, step, epoch, log)
             metrics_of_epoch = evaluate(stack, model, run, corpus, "val", limit=run.eval_batches)
             _append_json_lines(out / EVAL_LOG, [{"epoch": epoch, "step": step, **metrics_of_epoch}])
             if step == total:
@@ -300,13 +300,15 @@ def _append_json_lines(path: Path, records: list[dict]) -> None:
     write_atomic(path, before + "".join(json.dumps(record) + "\n" for record in records).encode())
 
 
-def _checkpoint(stack, model, run: RunConfig, corpus: data.Corpus, out: Path, step: int, epoch: int, log: list) -> int:
-    """Write the loss log, then the stack's own file, then the canonical checkpoint (each atomically)."""
+def _checkpoint(stack, trainer, run: RunConfig, corpus: data.Corpus, out: Path, step: int, epoch: int, log: list) -> int:
+    """Write the loss log, then the stack's own file, then the canonical checkpoint (each atomically); both
+    checkpoints hold Adam's state (`rosetta port --with-optimizer` reads it)."""
     if log:
         _append_json_lines(out / LOSS_LOG, log)
         log.clear()
     train_module = importlib.import_module(f"{stack.__name__}.train")
-    train_module.save_native(model, out / f"checkpoint{train_module.NATIVE_SUFFIX}")
+    trainer.save_checkpoint(out / f"checkpoint{train_module.NATIVE_SUFFIX}")
+    moments, optimizer_metadata = training.optimizer_tensors(trainer.optimizer_state())
     metadata = {
         "model": run.model,
         "stack": stack.__name__,
@@ -316,7 +318,7 @@ def _checkpoint(stack, model, run: RunConfig, corpus: data.Corpus, out: Path, st
         "tgt_vocab": corpus.tgt_vocab.fingerprint,
         "config": json.dumps(run.config, sort_keys=True),
     }
-    safetensors_io.save(out / CHECKPOINT, stack.get_weights(model), metadata)
+    safetensors_io.save(out / CHECKPOINT, {**stack.get_weights(trainer.model), **moments}, {**metadata, **optimizer_metadata})
     return step
 
 
@@ -341,7 +343,7 @@ def load_trained(run_dir, stack_name: str):
     if metadata.get("model") != run.model or json.loads(metadata.get("config", "null")) != run.config:
         raise ValueError(f"{path} holds model {metadata.get('model')!r} with another config than {run_dir / RUN_FILE}")
     model = stack.build(run.model, run.dtype, **run.config)
-    stack.set_weights(model, weights)
+    stack.set_weights(model, training.weights_without_optimizer(weights))
     return stack, model, run, corpus
 
 

@@ -91,6 +91,39 @@ def check_optimizer_state(state) -> int:
     return int(step)
 
 
+OPTIMIZER_PREFIXES = tuple(f"{moment}/" for moment in MOMENTS)
+
+
+def optimizer_tensors(state) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """A canonical optimizer state as safetensors entries: `exp_avg/<key>`, `exp_avg_sq/<key>`, and the
+    step counter and hyperparameters (those known) as metadata."""
+    tensors = {f"{moment}/{key}": value for moment in MOMENTS for key, value in state[moment].items()}
+    metadata = {"optimizer": "adam", "optimizer_step": str(check_optimizer_state(state))}
+    for key in ("lr", "eps"):
+        if state.get(key) is not None:
+            metadata[f"optimizer_{key}"] = repr(float(state[key]))
+    if state.get("betas") is not None:
+        metadata["optimizer_betas"] = ",".join(repr(float(beta)) for beta in state["betas"])
+    return tensors, metadata
+
+
+def optimizer_from_tensors(tensors, metadata) -> dict | None:
+    """The canonical optimizer state `optimizer_tensors` wrote (None when the file holds none)."""
+    if "optimizer_step" not in metadata:
+        return None
+    state = {moment: {key.removeprefix(f"{moment}/"): value for key, value in tensors.items() if key.startswith(f"{moment}/")}
+             for moment in MOMENTS}  # fmt: skip
+    hyper = {key: float(metadata[f"optimizer_{key}"]) if f"optimizer_{key}" in metadata else None for key in ("lr", "eps")}
+    betas = metadata.get("optimizer_betas")
+    betas = None if betas is None else tuple(float(beta) for beta in betas.split(","))
+    return {"step": int(metadata["optimizer_step"]), **state, **hyper, "betas": betas}
+
+
+def weights_without_optimizer(tensors) -> dict:
+    """A canonical file's weights: its entries but Adam's moments."""
+    return {key: value for key, value in tensors.items() if not key.startswith(OPTIMIZER_PREFIXES)}
+
+
 # The spec of the training-equality tests: the documents' Adam (lr 1e-3), a clip that engages on the
 # fixtures (their global gradient norm starts above 0.5), and coin-flip teacher forcing.
 EQUALITY_SPEC = TrainSpec(lr=1e-3, clip_norm=0.5, teacher_force_ratio=0.5)

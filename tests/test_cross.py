@@ -38,6 +38,29 @@ def test_stacks_agree(name, dtype):
 
 
 @pytest.mark.parametrize("name", MODELS)
+def test_every_traced_component_agrees_padding_included(name):
+    """Embeddings, encoder outputs (zero at padded steps in both stacks) and state, attention scores,
+    context vectors: the components `rosetta port` compares, float64, on the golden batch (ragged lengths)."""
+    batch = fixtures.load_golden(name).batch
+    traced = [stack.trace(model, name, batch) for stack, model in zip((torch_impl, tf_impl), _pair(name, "float64"), strict=True)]
+    assert traced[0].keys() == traced[1].keys() and len(traced[0]) >= 3
+    for key, value in traced[0].items():
+        assert_close(traced[1][key], value, 1e-12, what=f"{name} {key}")
+
+
+def test_encoder_outputs_at_padded_steps_need_zero_output_for_mask():
+    """Negative control: Keras's default (a masked step repeats the previous output) differs from torch's packing."""
+    name = "tf_tutorial"
+    batch = fixtures.load_golden(name).batch
+    torch_model, keras_model = _pair(name, "float64")
+    keras_model.encoder.gru.zero_output_for_mask = False
+    expected, actual = torch_impl.trace(torch_model, name, batch), tf_impl.trace(keras_model, name, batch)
+    assert_close(actual["logits"], expected["logits"], 1e-12, what="logits")  # the attention mask hides it
+    with pytest.raises(AssertionError):
+        assert_close(actual["encoder outputs"], expected["encoder outputs"], 1e-12, what="encoder outputs")
+
+
+@pytest.mark.parametrize("name", MODELS)
 def test_both_stacks_reject_bad_inputs_with_the_same_message(name):
     spec, batch = catalogue.get(name), fixtures.load_golden(name).batch
     torch_model, keras_model = _pair(name, "float32")

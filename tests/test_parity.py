@@ -8,13 +8,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-# Keras cells keeping torch's two biases, and torch's Adam rule and clipping: torch needs no counterpart
-STACK_SPECIFIC = {"tf_impl/layers.py", "tf_impl/optim.py"}
+# Keras cells keeping torch's two biases, torch's Adam rule and clipping, the `.keras` config: torch needs no counterpart
+STACK_SPECIFIC = {"tf_impl/layers.py", "tf_impl/optim.py", "tf_impl/serializable.py"}
 FRAMEWORK_METHODS = {"forward": "call"}  # the call method is the only name the frameworks decide
 # the Keras walk over attribute paths; on the torch side state_dict() is that walk
 ONE_STACK_FUNCTIONS = {
     "weights.py": {"leaf", "leaves", "assign_through_rules"},
     "tf_tutorial.py": {"keras_initializers"},  # torch starts from Keras's default distributions; Keras has them
+    "train.py": {"save_keras", "load_keras", "compile_with_adam", "has_optimizer_state"},  # Keras's `.keras` files
 }
 
 

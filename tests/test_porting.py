@@ -1,11 +1,13 @@
 """`rosetta port` (shared/porting.py) with both stacks: every model x direction x format, round trips,
-a document's own checkpoint, and each bad request refused with nothing left behind."""
+a document's own checkpoint, Adam's state ported and training resumed from it, and each bad request
+refused with nothing left behind."""
 
 from __future__ import annotations
 
 import itertools
 import pickle
 
+import keras
 import numpy as np
 import pytest
 import torch
@@ -14,11 +16,15 @@ import tf_impl
 import torch_impl
 from shared import catalogue, fixtures, porting, safetensors_io
 from shared.cli import main as rosetta
-from tf_impl.train import save_native as save_keras
+from shared.equality import assert_close
+from shared.training import EQUALITY_SPEC, _train_steps, fixture_trainer, train_fixture
+from tf_impl.train import load_keras, save_keras
+from tf_impl.train import save_native as save_keras_weights
 from torch_impl.train import save_native as save_torch
 
 MODELS = catalogue.built()
-SUFFIXES = {"torch": ".pt", "safetensors": ".safetensors", "keras_weights": ".weights.h5"}
+SUFFIXES = {fmt.name: fmt.suffix for fmt in porting.FORMATS.values()}
+WRITERS = {"torch": (torch_impl, save_torch), "keras_weights": (tf_impl, save_keras_weights), "keras": (tf_impl, save_keras)}
 
 
 def _overrides(name: str) -> dict:
@@ -31,7 +37,7 @@ def _write_source(name: str, fmt: str, path, weights=None) -> dict:
     if fmt == "safetensors":
         safetensors_io.save(path, weights)
     else:
-        stack, save = (torch_impl, save_torch) if fmt == "torch" else (tf_impl, save_keras)
+        stack, save = WRITERS[fmt]
         model = stack.build(name, "float32", **_overrides(name))
         stack.set_weights(model, weights)
         save(model, path)
@@ -39,8 +45,8 @@ def _write_source(name: str, fmt: str, path, weights=None) -> dict:
 
 
 def _weights_of(name: str, fmt: str, path) -> dict:
-    stack = tf_impl if fmt == "keras_weights" else torch_impl
-    return stack.get_weights(porting.read(stack, path, porting.FORMATS[fmt], name, _overrides(name), "float32"))
+    stack = tf_impl if fmt.startswith("keras") else torch_impl
+    return stack.get_weights(porting.read(stack, path, porting.FORMATS[fmt], name, _overrides(name), "float32")[0])
 
 
 @pytest.mark.parametrize(("source", "destination"), list(itertools.permutations(SUFFIXES, 2)))
@@ -52,6 +58,9 @@ def test_every_model_ports_in_every_direction_and_verifies(tmp_path, name, sourc
     assert report.ok, porting.render(report, "float32")
     names = [component.name for component in report.components]
     assert ("context" if catalogue.get(name).interface == "attention" else "logits") in names
+    attention = [] if name == "reverse_rnn" else ["attention scores", "attention weights"]
+    encoder = [] if name == "additive_attention" else ["source embeddings", "encoder outputs", "encoder state"]
+    assert set(encoder + attention) <= set(names)
     assert ("greedy ids" in names) == catalogue.get(name).variable_length
     ported = _weights_of(name, destination, dst)
     assert ported.keys() == weights.keys() and all(np.array_equal(ported[k], weights[k]) for k in weights)  # bit for bit
@@ -96,7 +105,11 @@ def test_the_cli_prints_every_component_and_verifies_user_inputs(tmp_path, capsy
     ]
     assert rosetta(argv + [f"--set={k}={v}" for k, v in _overrides(name).items()]) == 0
     out = capsys.readouterr().out
-    assert "attention weights, step 5" in out and "logits (--inputs)" in out and "greedy ids" in out and "ported." in out
+    for component in ("source embeddings", "encoder outputs", "encoder state", "target embeddings", "logits (--inputs)"):
+        assert f"  {component} " in out
+    for component in ("attention scores", "attention weights", "context vectors"):
+        assert len([line for line in out.splitlines() if line.startswith(f"  {component} ") and "per step" in line]) == 2
+    assert "greedy ids" in out and "ported." in out
 
 
 def _port_error(tmp_path, capsys, argv) -> str:
@@ -167,29 +180,132 @@ def test_a_port_that_does_not_verify_writes_nothing_and_names_the_component(tmp_
 
     def spoiled(*args):
         components = original(*args)
-        components[3] = porting.Component(components[3].name, 1.0, False)  # as a wrong gate order would
+        index = [component.name for component in components].index("attention weights")
+        components[index] = porting.Component("attention weights", 1.0, False, (0.0, 0.0, 0.0, 1.0), first_bad_step=3)
         return components
 
     monkeypatch.setattr(porting, "verify", spoiled)
     sets = [f"--set={k}={v}" for k, v in _overrides(name).items()]
     assert rosetta(["port", str(tmp_path / "m.pt"), str(tmp_path / "o.weights.h5"), "--model", name, *sets]) == 1
-    assert "not ported: attention weights, step 3 differs" in capsys.readouterr().out
+    assert "not ported: attention weights, decoder step 3 differs" in capsys.readouterr().out
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.pt"]
 
 
-def test_verification_catches_a_naive_conversion(tmp_path):
-    """Negative control: the Keras file written with torch's GRU gate order (no r/z swap) fails verification."""
+NAIVE_GRU_FAILURES = [("encoder", "encoder outputs"), ("decoder", "attention scores, decoder step 1")]
+
+
+@pytest.mark.parametrize(("layer", "first_failure"), NAIVE_GRU_FAILURES)
+def test_verification_catches_a_naive_conversion_and_names_where_it_starts(tmp_path, layer, first_failure):
+    """Negative control: a Keras GRU holding torch's gate order (no r/z swap) fails verification, and the
+    first component that differs is where that GRU first acts (the decoder's state enters at step 1)."""
     name = "reverse_bahdanau"
     _write_source(name, "torch", tmp_path / "m.pt")
-    reference = porting.read(torch_impl, tmp_path / "m.pt", porting.FORMATS["torch"], name, _overrides(name), "float32")
+    reference, _ = porting.read(torch_impl, tmp_path / "m.pt", porting.FORMATS["torch"], name, _overrides(name), "float32")
     candidate = tf_impl.build(name, "float32", **_overrides(name))
-    weights = torch_impl.get_weights(reference)
-    tf_impl.set_weights(candidate, weights)
-    kernel = candidate.decoder.cell.kernel
+    tf_impl.set_weights(candidate, torch_impl.get_weights(reference))
+    kernel = getattr(candidate, layer).cell.kernel
     z, r, h = np.split(kernel.numpy(), 3, axis=1)
     kernel.assign(np.concatenate([r, z, h], axis=1))  # the naive copy keeps torch's r, z order
-    batch = porting.synthetic_batch(
-        name, porting.VERIFY_SIZES, config=catalogue.resolve_config(catalogue.get(name), "float32", _overrides(name))
-    )
+    batch = porting.verification_batch(name, catalogue.resolve_config(catalogue.get(name), "float32", _overrides(name)))
     components = porting.verify(name, "float32", torch_impl, reference, tf_impl, candidate, [batch])
-    assert not all(component.ok for component in components)
+    failure = next(component for component in components if not component.ok)
+    assert failure.where() == first_failure
+
+
+# ---- Adam's state through files: --with-optimizer, and training resumed from the ported checkpoint ----
+
+RESUME_AFTER, RESUME_FOR = 12, 12
+RESUMED_PORTS = [(torch_impl, ".pt", ".weights.h5"), (torch_impl, ".pt", ".keras"), (tf_impl, ".weights.h5", ".pt"),
+                 (tf_impl, ".keras", ".pt")]  # fmt: skip
+
+
+def _training_config(name: str) -> dict:
+    """The fixture config fixture_trainer builds: dropout off."""
+    return {**_overrides(name), **({"dropout": 0.0} if "dropout" in _overrides(name) else {})}
+
+
+@pytest.mark.parametrize(("first", "written", "ported"), RESUMED_PORTS, ids=lambda x: getattr(x, "__name__", x))
+@pytest.mark.parametrize("name", ["reverse_bahdanau", "luong_general"])
+def test_training_resumed_from_a_ported_checkpoint_follows_the_same_curve(tmp_path, name, first, written, ported):
+    """N steps in one stack, its checkpoint ported with --with-optimizer, M more steps in the other stack:
+    the N + M curve and weights of one run in the first stack (float64)."""
+    second = tf_impl if first is torch_impl else torch_impl
+    reference = train_fixture(first, name, "float64", RESUME_AFTER + RESUME_FOR, EQUALITY_SPEC)
+    before = fixture_trainer(first, name, "float64", EQUALITY_SPEC)
+    _train_steps(before, name, EQUALITY_SPEC, 0, RESUME_AFTER)
+    before.save_checkpoint(tmp_path / f"a{written}")
+    report = porting.port(tmp_path / f"a{written}", tmp_path / f"b{ported}", name, overrides=_training_config(name),
+                          dtype="float64", with_optimizer=True)  # fmt: skip
+    assert report.ok and [c.name for c in report.components[-3:]] == ["Adam exp_avg", "Adam exp_avg_sq", "Adam step"]
+    after = fixture_trainer(second, name, "float64", EQUALITY_SPEC)  # golden weights: the checkpoint replaces them
+    after.load_checkpoint(tmp_path / f"b{ported}")
+    curve = _train_steps(after, name, EQUALITY_SPEC, RESUME_AFTER, RESUME_AFTER + RESUME_FOR)
+    assert_close(curve, reference["curve"][RESUME_AFTER:], 1e-9, what=f"{name} resumed curve")
+    weights = second.get_weights(after.model)
+    for key, value in reference["weights"].items():
+        assert_close(weights[key], value, 1e-9, what=f"{name} {key}")
+
+
+def test_a_checkpoint_ported_without_the_optimizer_cannot_resume(tmp_path, capsys):
+    """Negative control: a weights-only port holds no Adam state; resuming from it, or asking for it, fails clearly."""
+    name = "reverse_bahdanau"
+    trainer = fixture_trainer(torch_impl, name, "float64", EQUALITY_SPEC)
+    _train_steps(trainer, name, EQUALITY_SPEC, 0, 2)
+    torch_impl.train.save_native(trainer.model, tmp_path / "weights.pt")
+    trainer.save_checkpoint(tmp_path / "checkpoint.pt")
+    porting.port(tmp_path / "checkpoint.pt", tmp_path / "b.weights.h5", name, overrides=_training_config(name))
+    with pytest.raises(ValueError, match="holds no optimizer state"):
+        fixture_trainer(tf_impl, name, "float64", EQUALITY_SPEC).load_checkpoint(tmp_path / "b.weights.h5")
+    sets = [f"--set={k}={v}" for k, v in _training_config(name).items()]
+    err = _port_error(tmp_path, capsys, [str(tmp_path / "weights.pt"), str(tmp_path / "c.keras"), "--model", name,
+                                         "--with-optimizer", *sets])  # fmt: skip
+    assert "weights.pt: holds no optimizer state" in err and not (tmp_path / "c.keras").exists()
+
+
+def test_a_stock_keras_adam_checkpoint_ports_momentum_velocity_and_iterations(tmp_path):
+    """A Keras model compiled with keras.optimizers.Adam, three updates, `save_weights`: its `momentum`,
+    `velocity` and `iterations` arrive as torch's `exp_avg`, `exp_avg_sq` and `step`, by parameter."""
+    import tensorflow as tf
+
+    name = "reverse_luong_dot"
+    model = tf_impl.build(name, "float32", **_overrides(name))
+    optimizer = keras.optimizers.Adam(1e-3)
+    model.compile(optimizer=optimizer)
+    batch = fixtures.load_golden(name).batch
+    for _ in range(3):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(model(batch["src"], batch["tgt_in"])))
+        variables = model.trainable_variables
+        optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables, strict=True))
+    model.save_weights(tmp_path / "k.weights.h5")
+    report = porting.port(tmp_path / "k.weights.h5", tmp_path / "t.pt", name, overrides=_overrides(name), with_optimizer=True)
+    assert report.ok
+    checkpoint = torch.load(tmp_path / "t.pt", weights_only=True)
+    names = [key for key, _ in torch_impl.build(name, "float32", **_overrides(name)).named_parameters()]
+    expected = tf_impl.train.adam_state(model, optimizer)
+    for index, key in enumerate(names):
+        state = checkpoint["optimizer"]["state"][index]
+        assert int(state["step"]) == 3
+        assert np.array_equal(state["exp_avg"].numpy(), expected["exp_avg"][key]), key
+        assert np.array_equal(state["exp_avg_sq"].numpy(), expected["exp_avg_sq"][key]), key
+    assert np.abs(expected["exp_avg"]["decoder.weight_hh_l0"]).max() > 0  # the moments are not trivially zero
+
+
+def test_a_keras_file_names_its_model_and_config(tmp_path, capsys):
+    name = "reverse_luong_dot"
+    _write_source(name, "keras", tmp_path / "m.keras")
+    model, _ = load_keras(tmp_path / "m.keras")
+    assert type(model).__name__ == "ReverseTaskV8" and model.rosetta_config == catalogue.resolve_config(
+        catalogue.get(name), "float32", _overrides(name)
+    )
+    sets = [f"--set={k}={v}" for k, v in _overrides(name).items()]
+    err = _port_error(
+        tmp_path, capsys, [str(tmp_path / "m.keras"), str(tmp_path / "o.pt"), "--model", "reverse_luong_general", *sets]
+    )
+    assert "holds model 'reverse_luong_dot', not 'reverse_luong_general'" in err
+    err = _port_error(tmp_path, capsys, [str(tmp_path / "m.keras"), str(tmp_path / "o.pt"), "--model", name])
+    assert "saved with vocab_size=19" in err and "pass --set" in err
+    (tmp_path / "bad.keras").write_bytes(b"PK not really a zip")
+    err = _port_error(tmp_path, capsys, [str(tmp_path / "bad.keras"), str(tmp_path / "o.pt"), "--model", name, *sets])
+    assert "not a loadable .keras file" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.keras", "m.keras"]

@@ -19,7 +19,14 @@ import tf_impl
 import torch_impl
 from shared import catalogue, fixtures, runner, safetensors_io
 from shared.equality import assert_close
-from shared.training import EQUALITY_SPEC, compare_training, continue_in, fixture_trainer, train_fixture
+from shared.training import (
+    EQUALITY_SPEC,
+    compare_training,
+    continue_in,
+    fixture_trainer,
+    train_fixture,
+    weights_without_optimizer,
+)
 from tests.conftest import MAXIMA
 
 MODELS = catalogue.built()
@@ -130,7 +137,7 @@ def _train_both(run_dir) -> dict[str, float]:
     for stack in runner.STACKS:
         runner.train(run_dir, stack, progress=False)
     curves = [_loss_curve(run_dir, stack) for stack in runner.STACKS]
-    weights = [safetensors_io.load(run_dir / stack / runner.CHECKPOINT)[0] for stack in runner.STACKS]
+    weights = [weights_without_optimizer(safetensors_io.load(run_dir / stack / runner.CHECKPOINT)[0]) for stack in runner.STACKS]
     return {
         "curve": float(np.abs(curves[0] - curves[1]).max()),
         "weights": max(float(np.abs(weights[0][key] - weights[1][key]).max()) for key in weights[0]),

@@ -10,6 +10,6 @@ import keras  # noqa: E402
 if keras.backend.backend() != "tensorflow":
     raise ImportError(f"tf_impl needs Keras on TensorFlow, but Keras was already imported with {keras.backend.backend()!r}")
 
-from tf_impl.contract import build, get_weights, greedy, loss_and_grads, run, set_weights  # noqa: E402
+from tf_impl.contract import build, get_weights, greedy, loss_and_grads, run, set_weights, trace  # noqa: E402
 
-__all__ = ["build", "get_weights", "set_weights", "run", "loss_and_grads", "greedy"]
+__all__ = ["build", "get_weights", "set_weights", "run", "trace", "loss_and_grads", "greedy"]

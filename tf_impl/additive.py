@@ -8,8 +8,11 @@ from __future__ import annotations
 import keras
 from keras import ops
 
+from shared.taps import ATTENTION_SCORES, tap
+from tf_impl.serializable import CatalogueModel
 
-class AdditiveAttention(keras.layers.Layer):
+
+class AdditiveAttention(CatalogueModel, keras.layers.Layer):
     """Document 000, `AdditiveAttention(encoder_dim=100, decoder_dim=50)`: score = v . tanh(W_1 q + W_2 h).
 
     The text calls `v` a scaling factor: it is the learned vector of the score, drawn from U[0, 1) as the
@@ -49,13 +52,13 @@ class AdditiveAttention(keras.layers.Layer):
         if self.as_written:
             return self.attend_as_written(queries, values)
         weights = ops.expand_dims(self.W_1(queries), 2) + ops.expand_dims(self.W_2(values), 1)  # [B, T, 1, Dd] + [B, 1, S, Dd]
-        attention = ops.softmax(ops.matmul(ops.tanh(weights), self.v), axis=-1)  # [B, T, S]
+        attention = ops.softmax(tap(ATTENTION_SCORES, ops.matmul(ops.tanh(weights), self.v)), axis=-1)  # [B, T, S]
         return ops.matmul(attention, values), attention  # [B, T, S] @ [B, S, De] -> [B, T, De]
 
     def attend_as_written(self, queries, values):
         """One `_get_weights` per decoder step, as the document's heatmap loop."""
         scores = ops.stack([self._get_weights(queries[:, t], values) for t in range(queries.shape[1])], 1)
-        attention = ops.softmax(scores, axis=-1)  # [B, T, S]
+        attention = ops.softmax(tap(ATTENTION_SCORES, scores), axis=-1)  # [B, T, S]
         return ops.matmul(attention, values), attention  # [B, T, S] @ [B, S, De] -> [B, T, De]
 
     def get_config(self):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import keras
 from keras import ops
 
+from shared.taps import CONTEXT_VECTORS, SOURCE_EMBEDDINGS, TARGET_EMBEDDINGS, tap
 from tf_impl.layers import torch_gru
 from tf_impl.seq2seq import Seq2SeqBase, masked_softmax, run_rnn
 
@@ -30,7 +31,7 @@ class Encoder(keras.layers.Layer):
 
     def call(self, x, lengths=None, training=False):
         """`x (B, S)` -> outputs `(B, S, 2He)` (zero at pads), hidden `(B, Hd)`."""
-        embedding = self.dropout(self.embed(x), training=training)  # [B, S, E]
+        embedding = tap(SOURCE_EMBEDDINGS, self.dropout(self.embed(x), training=training))  # [B, S, E]
         outputs, forward_state, backward_state = run_rnn(
             self.gru, embedding, lengths, training=training
         )  # [B, S, 2He], [B, He] x 2
@@ -65,7 +66,7 @@ class Attention(keras.layers.Layer):
             query_share = ops.matmul(hidden, self.fc1.kernel[: self.decoder_hidden_size])  # [B, Hd]
             energy = ops.tanh(keys + ops.expand_dims(query_share, 1))  # [B, S, Hd]
         attention = masked_softmax(ops.squeeze(self.fc2(energy), 2), mask)  # [B, S]
-        weighted = ops.squeeze(ops.matmul(ops.expand_dims(attention, 1), encoder_outputs), 1)  # [B, 2He]
+        weighted = tap(CONTEXT_VECTORS, ops.squeeze(ops.matmul(ops.expand_dims(attention, 1), encoder_outputs), 1))  # [B, 2He]
         return weighted, attention
 
     def energy_as_written(self, hidden, encoder_outputs):
@@ -97,7 +98,7 @@ class Decoder(keras.layers.Layer):
 
     def features(self, x, hidden, encoder_outputs, mask=None, keys=None, training=False):
         """`x (B,)`, `hidden (B, Hd)` -> the input of `fc` `(B, Hd + 2He + E)`, hidden `(B, Hd)`, attention `(B, S)`."""
-        embedding = self.dropout(self.embedding(x), training=training)  # [B, E]
+        embedding = tap(TARGET_EMBEDDINGS, self.dropout(self.embedding(x), training=training))  # [B, E]
         weighted, attention = self.attention(hidden, encoder_outputs, mask, keys)  # [B, 2He], [B, S]
         weighted_concat = ops.expand_dims(ops.concatenate((embedding, weighted), axis=1), 1)  # [B, 1, E + 2He]
         output, hidden = self.gru(weighted_concat, initial_state=hidden)  # [B, 1, Hd], [B, Hd]

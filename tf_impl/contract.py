@@ -9,11 +9,11 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from shared import catalogue
+from shared import catalogue, taps
 from shared.validation import check_max_len, prepare
 from tf_impl.weights import get_grads, get_weights, leaves, set_weights
 
-__all__ = ["build", "get_weights", "set_weights", "run", "loss_and_grads", "greedy"]
+__all__ = ["build", "get_weights", "set_weights", "run", "trace", "loss_and_grads", "greedy"]
 
 
 def build(name: str, dtype: str = "float32", as_written: bool = False, **overrides) -> keras.Layer:
@@ -28,7 +28,7 @@ def build(name: str, dtype: str = "float32", as_written: bool = False, **overrid
     config = catalogue.resolve_config(spec, dtype, overrides)
     factory = getattr(importlib.import_module(f"tf_impl.{spec.module}"), spec.factory)
     model = factory(**config, dtype=dtype)
-    model.rosetta_config = config
+    model.rosetta_name, model.rosetta_config = name, config
     _set_as_written(model, True)
     _outputs(model, spec, _tensors(model, _dummy_batch(spec, config)))  # one call creates every variable
     model.built = True  # so a later model(...) does not try to build it again
@@ -79,6 +79,14 @@ def run(model, name: str, batch: Mapping, teacher_forcing=None) -> dict[str, np.
     """Inference outputs (training=False) as numpy, batch-first: logits/context and attention."""
     spec, arrays, schedule = prepare(name, model.rosetta_config, batch, teacher_forcing)
     return {key: value.numpy() for key, value in _outputs(model, spec, _tensors(model, arrays), schedule).items()}
+
+
+def trace(model, name: str, batch: Mapping) -> dict[str, np.ndarray]:
+    """`run`'s outputs and the components tapped on the way (shared.taps: embeddings, encoder outputs and
+    state, attention scores, context vectors) as numpy, batch-first, every decoder step joined along time."""
+    with taps.recording() as recorded:
+        outputs = run(model, name, batch)
+    return {**taps.collect(recorded, keras.ops.convert_to_numpy), **outputs}
 
 
 def greedy(model, name: str, batch: Mapping, max_len: int = 50) -> dict[str, np.ndarray]:

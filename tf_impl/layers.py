@@ -99,6 +99,7 @@ class TorchLSTM(keras.layers.Layer):
                 TorchLSTMCell(units, name=f"cell_l{i}", dtype=self.dtype_policy),
                 return_sequences=True,
                 return_state=True,
+                zero_output_for_mask=True,  # zero outputs at padded steps, as torch's packing
                 name=f"lstm_l{i}",
                 dtype=self.dtype_policy,
             )
@@ -125,7 +126,7 @@ class TorchLSTM(keras.layers.Layer):
 def torch_rnn(units: int, name: str, dtype=None) -> keras.layers.RNN:
     """A batch-first Keras RNN layer over `TorchRNNCell` returning (sequence, final state), like nn.RNN."""
     cell = TorchRNNCell(units, name=f"{name}_cell", dtype=dtype)
-    return keras.layers.RNN(cell, return_sequences=True, return_state=True, name=name, dtype=dtype)
+    return keras.layers.RNN(cell, return_sequences=True, return_state=True, zero_output_for_mask=True, name=name, dtype=dtype)
 
 
 def torch_gru(units: int, name: str, dtype=None) -> keras.layers.GRU:
@@ -137,6 +138,7 @@ def torch_gru(units: int, name: str, dtype=None) -> keras.layers.GRU:
         reset_after=True,  # torch applies the reset gate after the recurrent matmul: r * (W_hn h + b_hn)
         return_sequences=True,
         return_state=True,
+        zero_output_for_mask=True,  # zero outputs at padded steps, as torch's packing (Bidirectional forces it)
         name=name,
         dtype=dtype,
     )

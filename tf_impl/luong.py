@@ -11,6 +11,7 @@ from __future__ import annotations
 import keras
 from keras import ops
 
+from shared.taps import CONTEXT_VECTORS, SOURCE_EMBEDDINGS, TARGET_EMBEDDINGS, tap
 from tf_impl.layers import TorchLSTM
 from tf_impl.seq2seq import Seq2SeqBase, masked_softmax, run_rnn
 
@@ -68,7 +69,7 @@ class Attention(keras.layers.Layer):
     def attend(self, queries, encoder_outs, mask, keys):
         """Ours: alignment `(B, T, S)` and context `(B, T, H)` of every query at once."""
         a = masked_softmax(self.scores(keys, queries), None if mask is None else ops.expand_dims(mask, 1))  # [B, T, S]
-        return a, ops.matmul(a, encoder_outs)  # [B, T, S] @ [B, S, H] -> [B, T, H]
+        return a, tap(CONTEXT_VECTORS, ops.matmul(a, encoder_outs))  # [B, T, S] @ [B, S, H] -> [B, T, H]
 
     def call(self, decoder_out, encoder_outs, mask=None, keys=None):
         """-> alignment `a (B, S)` and context `(B, H)` (the listing's `(a, context)` order); keys: ours."""
@@ -76,7 +77,7 @@ class Attention(keras.layers.Layer):
             a, context = self.attend(ops.expand_dims(decoder_out, 1), encoder_outs, mask, keys)  # [B, 1, S], [B, 1, H]
             return ops.squeeze(a, 1), ops.squeeze(context, 1)
         a = masked_softmax(self.score(decoder_out, encoder_outs), mask)  # [B, S]
-        context = ops.squeeze(ops.matmul(ops.expand_dims(a, 1), encoder_outs), 1)  # [B, H]
+        context = tap(CONTEXT_VECTORS, ops.squeeze(ops.matmul(ops.expand_dims(a, 1), encoder_outs), 1))  # [B, H]
         return a, context
 
 
@@ -100,7 +101,7 @@ class Encoder(keras.layers.Layer):
 
     def call(self, src, lengths=None, training=False):
         """`src (B, S)` -> outputs `(B, S, H)`, (h `(L, B, H)`, c `(L, B, H)`)."""
-        embed = self.dropout(self.embed(src), training=training)  # [B, S, E]
+        embed = tap(SOURCE_EMBEDDINGS, self.dropout(self.embed(src), training=training))  # [B, S, E]
         out, hidden = run_rnn(self.lstm, embed, lengths, training=training)
         return self.dropout(out, training=training), hidden
 
@@ -128,7 +129,7 @@ class Decoder(keras.layers.Layer):
 
     def features(self, trg, hidden, encoder_out, mask=None, keys=None, training=False):
         """One step up to `fc`: `tanh(wc [h_t; c_t])` `(B, H)`, (h, c), attention `(B, S)`."""
-        embed = self.dropout(self.embed(ops.expand_dims(trg, 1)), training=training)  # [B, 1, E]
+        embed = tap(TARGET_EMBEDDINGS, self.dropout(self.embed(ops.expand_dims(trg, 1)), training=training))  # [B, 1, E]
         decoder_out, hidden = self.lstm(embed, initial_state=hidden, training=training)  # [B, 1, H]
         atten, context = self.attention(ops.squeeze(decoder_out, 1), encoder_out, mask, keys)  # [B, S], [B, H]
         atten_hidden = ops.tanh(self.wc(ops.concatenate((ops.squeeze(decoder_out, 1), context), axis=1)))  # [B, H]
@@ -137,7 +138,7 @@ class Decoder(keras.layers.Layer):
     def features_teacher_forced(self, trg, hidden, encoder_out, mask, keys, training=False):
         """Ours, every input known (`trg (B, T)`): no input feeding, so the LSTM runs over the whole target
         and attention, `wc` over all steps at once -> `(B, T, H)`, attention `(B, T, S)`."""
-        embed = self.dropout(self.embed(trg), training=training)  # [B, T, E]
+        embed = tap(TARGET_EMBEDDINGS, self.dropout(self.embed(trg), training=training))  # [B, T, E]
         decoder_out, _ = self.lstm(embed, initial_state=hidden, training=training)  # [B, T, H]
         atten, context = self.attention.attend(decoder_out, encoder_out, mask, keys)  # [B, T, S], [B, T, H]
         return ops.tanh(self.wc(ops.concatenate((decoder_out, context), axis=2))), atten  # [B, T, H]

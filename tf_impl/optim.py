@@ -32,7 +32,8 @@ class TorchAdam(keras.optimizers.Optimizer):
         if self.built:
             return
         super().build(var_list)
-        self._exp_avgs, self._exp_avg_sqs = self.add_optimizer_variables(var_list, ["exp_avg", "exp_avg_sq"])
+        # Keras Adam's slots, names and order: a file either writes loads into the other (torch's exp_avg, exp_avg_sq)
+        self._momentums, self._velocities = self.add_optimizer_variables(var_list, ["momentum", "velocity"])
 
     def update_step(self, gradient, variable, learning_rate):
         dtype = variable.dtype
@@ -43,8 +44,8 @@ class TorchAdam(keras.optimizers.Optimizer):
         step_size = ops.cast(self.torch_lr / bias_correction1, dtype)
         bias_correction2_sqrt = ops.cast(ops.sqrt(bias_correction2), dtype)
         gradient = ops.cast(gradient, dtype)
-        exp_avg = self._exp_avgs[self._get_variable_index(variable)]
-        exp_avg_sq = self._exp_avg_sqs[self._get_variable_index(variable)]
+        exp_avg = self._momentums[self._get_variable_index(variable)]
+        exp_avg_sq = self._velocities[self._get_variable_index(variable)]
         self.assign(exp_avg, exp_avg + (gradient - exp_avg) * (1.0 - self.beta_1))  # torch: exp_avg.lerp_
         self.assign(exp_avg_sq, exp_avg_sq * self.beta_2 + gradient * gradient * (1.0 - self.beta_2))
         denom = ops.sqrt(exp_avg_sq) / bias_correction2_sqrt + self.epsilon
@@ -52,7 +53,8 @@ class TorchAdam(keras.optimizers.Optimizer):
 
     def get_config(self):
         config = super().get_config()
-        return {**config, "beta_1": self.beta_1, "beta_2": self.beta_2, "epsilon": self.epsilon}
+        exact = {"learning_rate": self.torch_lr}  # the Python float, not the float32 variable's value
+        return {**config, **exact, "beta_1": self.beta_1, "beta_2": self.beta_2, "epsilon": self.epsilon}
 
 
 def clip_grad_norm(gradients: list, max_norm: float | None) -> tuple[list, object]:

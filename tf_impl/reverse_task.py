@@ -11,14 +11,17 @@ from __future__ import annotations
 import keras
 from keras import ops
 
+from shared.taps import CONTEXT_VECTORS, ENCODER_OUTPUTS, ENCODER_STATE, SOURCE_EMBEDDINGS, TARGET_EMBEDDINGS, tap
 from tf_impl.layers import torch_gru, torch_rnn
+from tf_impl.seq2seq import masked_softmax
+from tf_impl.serializable import CatalogueModel
 
 
 def _dense(units: int, name: str, dtype, use_bias: bool = True) -> keras.layers.Dense:
     return keras.layers.Dense(units, use_bias=use_bias, name=name, dtype=dtype)
 
 
-class ReverseTaskBase(keras.Model):
+class ReverseTaskBase(CatalogueModel, keras.Model):
     """What every model of document 001 shares: embeddings and recurrent layers on both sides.
 
     Attributes:
@@ -47,10 +50,13 @@ class ReverseTaskBase(keras.Model):
 
     def decode(self, enc_inputs, dec_inputs, training=False):
         """Logits `(B, T, V)` and the attention weights of every decoder step `(B, T, S)` (None: no attention)."""
-        enc_out, enc_hidden = self.encoder(self.enc_embeddings(enc_inputs))  # [B, S, H], [B, H]
+        enc_emb = tap(SOURCE_EMBEDDINGS, self.enc_embeddings(enc_inputs))  # [B, S, E]
+        enc_out, enc_hidden = self.encoder(enc_emb)  # [B, S, H], [B, H]
+        tap(ENCODER_OUTPUTS, enc_out)
+        tap(ENCODER_STATE, enc_hidden)
         if self.as_written:
             return self.decode_as_written(enc_out, enc_hidden, dec_inputs)
-        return self.decode_hoisted(enc_out, enc_hidden, self.dec_embeddings(dec_inputs))
+        return self.decode_hoisted(enc_out, enc_hidden, tap(TARGET_EMBEDDINGS, self.dec_embeddings(dec_inputs)))
 
 
 class ReverseTaskV0(ReverseTaskBase):
@@ -70,7 +76,7 @@ class ReverseTaskV0(ReverseTaskBase):
         return self.output_layer(dec_out), None  # [B, T, V]
 
     def decode_as_written(self, enc_out, enc_hidden, dec_inputs):
-        return self.decode_hoisted(enc_out, enc_hidden, self.dec_embeddings(dec_inputs))
+        return self.decode_hoisted(enc_out, enc_hidden, tap(TARGET_EMBEDDINGS, self.dec_embeddings(dec_inputs)))
 
 
 class BahdanauReverseTask(ReverseTaskBase):
@@ -93,8 +99,8 @@ class BahdanauReverseTask(ReverseTaskBase):
         for t in range(dec_emb.shape[1]):
             state_share = ops.matmul(state, state_kernel) + state_bias  # [B, A + 3H]
             query, hidden_share = state_share[:, :A], state_share[:, A:]  # [B, A], [B, 3H]
-            probs = ops.softmax(additive_scores(self.v, keys, ops.expand_dims(query, 1)), axis=-1)  # [B, 1, S]
-            context_vector = ops.squeeze(ops.matmul(probs, enc_out), 1)  # [B, 1, S] @ [B, S, H] -> [B, H]
+            probs = masked_softmax(additive_scores(self.v, keys, ops.expand_dims(query, 1)), None)  # [B, 1, S]
+            context_vector = tap(CONTEXT_VECTORS, ops.squeeze(ops.matmul(probs, enc_out), 1))  # [B, 1, S] @ [B, S, H] -> [B, H]
             input_share = emb_share[:, t] + ops.matmul(context_vector, cell.kernel[E:])  # [B, 3H]
             state = gru_cell(input_share, hidden_share, state)  # [B, H]
             states.append(state)
@@ -105,9 +111,9 @@ class BahdanauReverseTask(ReverseTaskBase):
         """The listing's loop: the score from scratch, the embedding and the output layer at every step."""
         prev_hidden, outputs, attention = enc_hidden, [], []  # s_{t-1}: [B, H]
         for t in range(dec_inputs.shape[1]):
-            probs = ops.softmax(self.scores_as_written(enc_out, prev_hidden), axis=-1)  # [B, S]
-            context_vector = ops.matmul(ops.expand_dims(probs, 1), enc_out)  # [B, 1, S] @ [B, S, H] -> [B, 1, H]
-            emb_vector = self.dec_embeddings(dec_inputs[:, t : t + 1])  # [B, 1, E]
+            probs = masked_softmax(self.scores_as_written(enc_out, prev_hidden), None)  # [B, S]
+            context_vector = tap(CONTEXT_VECTORS, ops.matmul(ops.expand_dims(probs, 1), enc_out))  # [B, 1, H]
+            emb_vector = tap(TARGET_EMBEDDINGS, self.dec_embeddings(dec_inputs[:, t : t + 1]))  # [B, 1, E]
             s_t = ops.concatenate([emb_vector, context_vector], axis=2)  # [B, 1, E + H]
             dec_out_t, prev_hidden = self.decoder(s_t, initial_state=prev_hidden)  # [B, 1, H], [B, H]
             outputs.append(self.output_layer(dec_out_t))  # [B, 1, V]
@@ -125,8 +131,8 @@ class LuongReverseTask(ReverseTaskBase):
         """Ours: the decoder's input never depends on attention, so the GRU runs over the whole target
         at once and attention scores every step in one product."""
         dec_out, _ = self.decoder(dec_emb, initial_state=enc_hidden)  # [B, T, H]
-        probs = ops.softmax(self.scores(self.keys(enc_out), dec_out), axis=-1)  # [B, T, S]
-        context_vector = ops.matmul(probs, enc_out)  # [B, T, S] @ [B, S, H] -> [B, T, H]
+        probs = masked_softmax(self.scores(self.keys(enc_out), dec_out), None)  # [B, T, S]
+        context_vector = tap(CONTEXT_VECTORS, ops.matmul(probs, enc_out))  # [B, T, S] @ [B, S, H] -> [B, T, H]
         return self.output_layer(ops.concatenate([dec_out, context_vector], axis=2)), probs  # [B, T, V], [B, T, S]
 
     def decode_as_written(self, enc_out, enc_hidden, dec_inputs):
@@ -134,10 +140,10 @@ class LuongReverseTask(ReverseTaskBase):
         keys = self.keys_as_written(enc_out)  # [B, S, *]
         prev_hidden, outputs, attention = enc_hidden, [], []
         for t in range(dec_inputs.shape[1]):
-            emb_vector = self.dec_embeddings(dec_inputs[:, t : t + 1])  # [B, 1, E]
+            emb_vector = tap(TARGET_EMBEDDINGS, self.dec_embeddings(dec_inputs[:, t : t + 1]))  # [B, 1, E]
             dec_out, prev_hidden = self.decoder(emb_vector, initial_state=prev_hidden)  # [B, 1, H], [B, H]
-            probs = ops.softmax(self.scores_as_written(keys, prev_hidden), axis=-1)  # [B, S]
-            context_vector = ops.matmul(ops.expand_dims(probs, 1), enc_out)  # [B, 1, H]
+            probs = masked_softmax(self.scores_as_written(keys, prev_hidden), None)  # [B, S]
+            context_vector = tap(CONTEXT_VECTORS, ops.matmul(ops.expand_dims(probs, 1), enc_out))  # [B, 1, H]
             outputs.append(self.output_layer(ops.concatenate([dec_out, context_vector], axis=2)))  # [B, 1, V]
             attention.append(probs)
         return ops.concatenate(outputs, axis=1), ops.stack(attention, axis=1)  # [B, T, V], [B, T, S]

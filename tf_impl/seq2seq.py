@@ -11,6 +11,9 @@ import keras
 import numpy as np
 from keras import ops
 
+from shared.taps import ATTENTION_SCORES, ENCODER_OUTPUTS, ENCODER_STATE, tap
+from tf_impl.serializable import CatalogueModel
+
 
 def source_mask(src_len, max_len: int):
     """`(B, S)` True on real tokens, False on padding; None when the batch has no lengths."""
@@ -20,7 +23,9 @@ def source_mask(src_len, max_len: int):
 
 
 def masked_softmax(scores, mask):
-    """Softmax over the last axis giving exactly zero weight where `mask` is False."""
+    """Softmax over the last axis giving exactly zero weight where `mask` is False (the attention weights;
+    `scores` are tapped as they come, before the mask)."""
+    tap(ATTENTION_SCORES, scores)
     if mask is not None:
         scores = ops.where(mask, scores, ops.cast(float("-inf"), scores.dtype))  # [B, S]
     return ops.softmax(scores, axis=-1)
@@ -30,8 +35,8 @@ def run_rnn(rnn, inputs, lengths, hidden=None, training=False):
     """Run a batch-first Keras recurrent layer; with `lengths`, mask so each row stops at its own end.
 
     Keras's mask keeps the state through padded steps (so final states are those of each row's last
-    real token; a Bidirectional backward pass starts there) and zeroes their outputs: what torch's
-    packing does.
+    real token; a Bidirectional backward pass starts there), and our layers' `zero_output_for_mask`
+    zeroes their outputs: what torch's packing does.
     """
     mask = source_mask(lengths, inputs.shape[1])
     return rnn(inputs, initial_state=hidden, mask=mask, training=training)
@@ -47,7 +52,7 @@ def _next_input(true_token, output, forced):
     return ops.where(forced, true_token, ops.cast(ops.argmax(output, axis=-1), true_token.dtype))  # [B]
 
 
-class Seq2SeqBase(keras.Model):
+class Seq2SeqBase(CatalogueModel, keras.Model):
     """An encoder and a decoder, and the decoding loops over `encode(src, src_len) -> (memory, hidden)`
     and a subclass's `features(x, hidden, memory) -> (features (B, *), hidden, attention (B, S))` and
     `project(features) -> logits` (the output layer).
@@ -71,10 +76,11 @@ class Seq2SeqBase(keras.Model):
     def encode(self, src, src_len=None, training=False):
         """The memory and the decoder's first state."""
         encoder_outputs, hidden = self.encoder(src, src_len, training=training)
-        return self.memory(encoder_outputs, src_len), hidden
+        return self.memory(encoder_outputs, src_len), tap(ENCODER_STATE, hidden)
 
     def memory(self, encoder_outputs, src_len):
         """Encoder outputs `(B, S, *)`, their padding mask `(B, S)` and the attention keys (None as written)."""
+        tap(ENCODER_OUTPUTS, encoder_outputs)
         keys = None if self.as_written else self.decoder.attention.keys(encoder_outputs)
         return encoder_outputs, source_mask(src_len, encoder_outputs.shape[1]), keys
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import keras
 from keras import ops
 
+from shared.taps import CONTEXT_VECTORS, ENCODER_STATE, SOURCE_EMBEDDINGS, TARGET_EMBEDDINGS, tap
 from tf_impl.seq2seq import Seq2SeqBase, masked_softmax, run_rnn
 
 
@@ -35,14 +36,21 @@ class BahdanauAttention(keras.layers.Layer):
         values_share = self.W1(values) if keys is None else keys  # [B, S, H]; the listing: at every step
         score = self.V(ops.tanh(values_share + self.W2(hidden_with_time_axis)))  # [B, S, 1]
         attention_weights = ops.expand_dims(masked_softmax(ops.squeeze(score, 2), mask), 2)  # [B, S, 1]
-        context_vector = ops.sum(attention_weights * values, axis=1)  # [B, H]
+        context_vector = tap(CONTEXT_VECTORS, ops.sum(attention_weights * values, axis=1))  # [B, H]
         return context_vector, attention_weights
 
 
 def _gru(units: int, dtype) -> keras.layers.GRU:
-    """The tutorial's GRU; Keras 3's defaults (reset_after=True, sigmoid gates) are torch's GRU."""
+    """The tutorial's GRU; Keras 3's defaults (reset_after=True, sigmoid gates) are torch's GRU. Ours adds
+    `zero_output_for_mask` (the tutorial pads without masking): padded steps output zeros, as torch's packing."""
     return keras.layers.GRU(
-        units, return_sequences=True, return_state=True, recurrent_initializer="glorot_uniform", name="gru", dtype=dtype
+        units,
+        return_sequences=True,
+        return_state=True,
+        recurrent_initializer="glorot_uniform",
+        zero_output_for_mask=True,
+        name="gru",
+        dtype=dtype,
     )
 
 
@@ -58,7 +66,7 @@ class Encoder(keras.layers.Layer):
 
     def call(self, x, hidden, lengths=None, training=False):
         """`x (B, S)`, `hidden (B, H)` -> output `(B, S, H)`, state `(B, H)`."""
-        x = self.embedding(x)  # [B, S, E]
+        x = tap(SOURCE_EMBEDDINGS, self.embedding(x))  # [B, S, E]
         output, state = run_rnn(self.gru, x, lengths, hidden, training)  # [B, S, H], [B, H]
         return output, state
 
@@ -93,7 +101,7 @@ class Decoder(keras.layers.Layer):
     def features(self, x, hidden, enc_output, mask=None, keys=None):
         """One step up to `fc`: the GRU output `(B, H)`, state `(B, H)`, attention_weights `(B, S, 1)`."""
         context_vector, attention_weights = self.attention(hidden, enc_output, mask, keys)  # [B, H], [B, S, 1]
-        x = self.embedding(x)  # [B, 1, E]
+        x = tap(TARGET_EMBEDDINGS, self.embedding(x))  # [B, 1, E]
         x = ops.concatenate([ops.expand_dims(context_vector, 1), x], axis=-1)  # [B, 1, H + E]
         output, state = self.gru(x, initial_state=hidden if self.feed_state else None)  # [B, 1, H], [B, H]
         return ops.reshape(output, (-1, output.shape[2])), state, attention_weights  # [B, H], [B, H], [B, S, 1]
@@ -109,7 +117,7 @@ class Seq2Seq(Seq2SeqBase):
     def encode(self, src, src_len=None, training=False):
         enc_hidden = self.encoder.initialize_hidden_state(src.shape[0])  # [B, H]
         enc_output, enc_hidden = self.encoder(src, enc_hidden, src_len, training=training)  # [B, S, H], [B, H]
-        return self.memory(enc_output, src_len), enc_hidden
+        return self.memory(enc_output, src_len), tap(ENCODER_STATE, enc_hidden)
 
     def features(self, x, hidden, memory, training=False):
         enc_output, mask, keys = memory

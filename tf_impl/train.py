@@ -8,11 +8,14 @@ format (`.weights.h5`).
 
 from __future__ import annotations
 
+import importlib
+import io
 import os
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
+import keras
 import numpy as np
 import tensorflow as tf
 
@@ -21,9 +24,10 @@ from shared.training import MOMENTS, TrainSpec, check_optimizer_state
 from shared.validation import prepare
 from tf_impl.contract import _loss, _outputs, _tensors
 from tf_impl.optim import clip_grad_norm, make_optimizer
-from tf_impl.weights import assign_through_rules, get_grads, leaves
+from tf_impl.weights import assign_through_rules, get_grads, get_weights, leaves, set_weights
 
 NATIVE_SUFFIX = ".weights.h5"
+KERAS_SUFFIX = ".keras"  # the whole model: config, weights, optimizer
 MODES = ("eager", "function", "xla")  # function: one tf.function per update; xla: compiled with jit_compile=True
 
 
@@ -74,31 +78,26 @@ class Trainer:
 
     def optimizer_state(self) -> dict:
         """Adam's state in canonical layout: `step`, and `exp_avg`, `exp_avg_sq` keyed like the weights
-        (torch's names; the moments pass the weights' leaf rules, as gradients do)."""
-        self._check_torch_adam()
-        slots = self._slots()
-        moments = {
-            name: get_grads(self.model, lambda variable, i=i: np.array(slots[id(variable)][i].numpy()))
-            for i, name in enumerate(MOMENTS)
-        }
-        return {"step": int(self.optimizer.iterations.numpy()), **moments}
+        (torch's names; the moments pass the weights' leaf rules, as gradients do). Stock Keras Adam keeps
+        the same moments: its state ports too, though its update rule is not torch's."""
+        return adam_state(self.model, self.optimizer)
 
     def load_optimizer_state(self, state: Mapping) -> None:
         """Continue from another Trainer's `optimizer_state` (either stack): moments and step counter."""
-        self._check_torch_adam()
-        step = check_optimizer_state(state)
-        slots = self._slots()
-        for i, name in enumerate(MOMENTS):
-            assign_through_rules(self.model, state[name], lambda variable, i=i: slots[id(variable)][i])
-        self.optimizer.iterations.assign(step)
+        load_adam_state(self.model, self.optimizer, state)
 
-    def _slots(self) -> dict:
-        pairs = zip(self.optimizer._exp_avgs, self.optimizer._exp_avg_sqs, strict=True)
-        return {id(variable): pair for variable, pair in zip(self.variables, pairs, strict=True)}
+    def save_checkpoint(self, path) -> None:
+        """The model and Adam's state in the stack's own file, as `rosetta port --with-optimizer` reads it."""
+        (save_keras if str(path).endswith(KERAS_SUFFIX) else save_native)(self.model, path, self.optimizer_state())
 
-    def _check_torch_adam(self) -> None:
-        if self.spec.optimizer != "torch_adam":
-            raise ValueError(f"optimizer state ports for torch_adam only; this Trainer runs {self.spec.optimizer}")
+    def load_checkpoint(self, path) -> None:
+        """Continue from a checkpoint file of this stack (weights, Adam's moments and step counter)."""
+        if str(path).endswith(KERAS_SUFFIX):
+            model, state = load_keras(path, with_optimizer=True)
+            set_weights(self.model, get_weights(model))
+        else:
+            state = load_native(self.model, path, with_optimizer=True)
+        self.load_optimizer_state(state)
 
     def _forward_loss(self, tensors: dict, forced):
         spec = catalogue.get(self.name)
@@ -107,8 +106,6 @@ class Trainer:
 
 def set_seed(seed: int) -> None:
     """Seed Keras's generators: the initial weights `build` draws and the dropout masks of training."""
-    import keras
-
     keras.utils.set_random_seed(seed)
 
 
@@ -120,15 +117,71 @@ def place(model) -> tuple[object, str]:
     return model, f"gpu ({tf.config.experimental.get_device_details(gpus[0]).get('device_name', gpus[0].name)})"
 
 
-def save_native(model, path: str | Path) -> None:
-    """The model's weights as a Keras `.weights.h5` file, written atomically (temporary file, then rename)."""
+def _slot(optimizer, variable, moment: int):
+    """Adam's `momentum` (moment 0) or `velocity` (1) of `variable`: Keras Adam's slots, and TorchAdam's."""
+    return (optimizer._momentums, optimizer._velocities)[moment][optimizer._get_variable_index(variable)]
+
+
+def adam_state(model, optimizer) -> dict:
+    """`optimizer`'s state over `model` in canonical layout: `step` (Keras's `iterations`), `exp_avg` and
+    `exp_avg_sq` (its `momentum` and `velocity`, through the weights' leaf rules), `lr`, `betas`, `eps`."""
+    moments = {
+        name: get_grads(model, lambda variable, i=i: np.array(_slot(optimizer, variable, i).numpy()))
+        for i, name in enumerate(MOMENTS)
+    }
+    hyper = {"lr": _learning_rate(optimizer), "betas": (float(optimizer.beta_1), float(optimizer.beta_2))}
+    return {"step": int(optimizer.iterations.numpy()), **moments, **hyper, "eps": float(optimizer.epsilon)}
+
+
+def _learning_rate(optimizer) -> float:
+    """The learning rate as torch keeps it, a Python float: TorchAdam's own where its `learning_rate` variable
+    holds it, else the variable's float32 value to 7 significant digits (what a float32 carries)."""
+    stored = float(optimizer.learning_rate.numpy())
+    exact = getattr(optimizer, "torch_lr", None)
+    return exact if exact is not None and np.float32(exact) == np.float32(stored) else float(f"{stored:.7g}")
+
+
+def load_adam_state(model, optimizer, state: Mapping) -> None:
+    """Set `optimizer`'s moments and `iterations` from a canonical state (strict on keys and shapes)."""
+    step = check_optimizer_state(state)
+    for i, name in enumerate(MOMENTS):
+        assign_through_rules(model, state[name], lambda variable, i=i: _slot(optimizer, variable, i))
+    optimizer.iterations.assign(step)
+
+
+def compile_with_adam(owner, model, state: Mapping | None = None):
+    """Compile `owner` (`model`, or the Model that saves a bare layer) with a TorchAdam built over its trainable
+    variables, holding `state` when given, so Keras's own files carry it (`optimizer/vars`); the optimizer."""
+    from tf_impl.optim import TorchAdam
+
+    state = state or {}
+    beta_1, beta_2 = state.get("betas") or (0.9, 0.999)
+    optimizer = TorchAdam(state.get("lr") or 1e-3, beta_1=beta_1, beta_2=beta_2, epsilon=state.get("eps") or 1e-8)
+    owner.compile(optimizer=optimizer)
+    optimizer.build(owner.trainable_variables)
+    if state:
+        load_adam_state(model, optimizer, state)
+    return optimizer
+
+
+def save_native(model, path: str | Path, optimizer_state: Mapping | None = None) -> None:
+    """The model's weights as a Keras `.weights.h5` file, written atomically (temporary file, then rename);
+    with a canonical `optimizer_state`, also Adam's variables, as a compiled model's `save_weights` writes."""
     path = Path(path)
     if not path.name.endswith(NATIVE_SUFFIX):
         raise ValueError(f"{path}: a Keras weights file must end with {NATIVE_SUFFIX}")
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=NATIVE_SUFFIX)
+    owner = _weights_owner(model)
+    if optimizer_state is not None:
+        compile_with_adam(owner, model, optimizer_state)
+    _write_atomic_with(lambda temporary: owner.save_weights(temporary, overwrite=True), path)
+
+
+def _write_atomic_with(write, path: Path) -> None:
+    """`write(temporary)` a file beside `path`, then rename it into place (removed if anything fails)."""
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.name)
     os.close(handle)
     try:
-        _weights_owner(model).save_weights(temporary, overwrite=True)
+        write(temporary)
         os.chmod(temporary, 0o644)  # mkstemp makes 0600; a checkpoint is world-readable like every written file
         os.replace(temporary, path)
     except BaseException:
@@ -136,19 +189,77 @@ def save_native(model, path: str | Path) -> None:
         raise
 
 
-def load_native(model, path: str | Path) -> None:
-    """Load a Keras `.weights.h5` file into `model` (built by `tf_impl.build` with the same config)."""
+def load_native(model, path: str | Path, with_optimizer: bool = False) -> dict | None:
+    """Load a Keras `.weights.h5` file into `model` (built by `tf_impl.build` with the same config); with
+    `with_optimizer`, also its Adam variables, returned in canonical layout (`betas` and `eps` None: Keras
+    keeps them in a model's config, which a weights file does not hold)."""
+    owner, optimizer = _weights_owner(model), None
+    if with_optimizer:
+        if not has_optimizer_state(path):
+            raise ValueError(f"{path}: holds no optimizer state (a compiled model's save_weights writes it)")
+        optimizer = compile_with_adam(owner, model)
     try:
-        _weights_owner(model).load_weights(str(path))
+        owner.load_weights(str(path))
     except Exception as error:  # h5py and Keras raise OSError, ValueError, KeyError, ... for bad files
         raise ValueError(f"{path}: not loadable Keras weights for this model ({type(error).__name__}: {error})") from None
+    return None if optimizer is None else {**adam_state(model, optimizer), "betas": None, "eps": None}
+
+
+def save_keras(model, path: str | Path, optimizer_state: Mapping | None = None) -> None:
+    """The whole model as a Keras `.keras` file (its catalogue config and weights), written atomically; with a
+    canonical `optimizer_state`, compiled with a TorchAdam holding it, which the file then carries."""
+    path = Path(path)
+    if not path.name.endswith(KERAS_SUFFIX):
+        raise ValueError(f"{path}: a Keras model file must end with {KERAS_SUFFIX}")
+    if optimizer_state is not None:
+        if not hasattr(model, "compile"):
+            raise ValueError(f"{path}: a .keras file of a bare layer ({type(model).__name__}) holds no optimizer")
+        compile_with_adam(model, model, optimizer_state)
+    _write_atomic_with(lambda temporary: keras.saving.save_model(model, temporary), path)
+
+
+def load_keras(path: str | Path, with_optimizer: bool = False) -> tuple[object, dict | None]:
+    """A catalogue model from a `.keras` file (safe mode: no code is run), and with `with_optimizer` its
+    optimizer's state in canonical layout."""
+    from tf_impl.serializable import CatalogueModel
+
+    for spec in catalogue.CATALOGUE.values():  # each model class registers itself with Keras on import
+        importlib.import_module(f"tf_impl.{spec.module}")
+    if with_optimizer and not has_optimizer_state(path):
+        raise ValueError(f"{path}: holds no optimizer state (a compiled model's .keras file does)")
+    try:
+        model = keras.saving.load_model(path, compile=with_optimizer, safe_mode=True)
+    except Exception as error:  # zipfile, h5py, json and Keras raise many kinds for a bad file
+        raise ValueError(f"{path}: not a loadable .keras file of a catalogue model ({type(error).__name__}: {error})") from None
+    if not isinstance(model, CatalogueModel):
+        raise ValueError(f"{path}: holds a {type(model).__name__}, not a catalogue model")
+    return model, adam_state(model, model.optimizer) if with_optimizer else None
+
+
+def has_optimizer_state(path: str | Path) -> bool:
+    """Whether a Keras `.weights.h5` (or the weights inside a `.keras` archive) holds optimizer variables."""
+    import zipfile
+
+    import h5py
+
+    try:
+        if str(path).endswith(".keras"):
+            with zipfile.ZipFile(path) as archive, archive.open("model.weights.h5") as inner:
+                return _optimizer_group(h5py.File(io.BytesIO(inner.read()), "r"))
+        return _optimizer_group(h5py.File(path, "r"))
+    except (OSError, KeyError, zipfile.BadZipFile):
+        return False
+
+
+def _optimizer_group(store) -> bool:
+    with store:
+        return "optimizer" in store and len(store["optimizer"].get("vars", {})) > 0
 
 
 def _weights_owner(model):
     """`model`, or for a bare layer (document 000's attention) a Model holding it: only Models save weights."""
     if hasattr(model, "save_weights"):
         return model
-    import keras
 
     holder = keras.Model()
     holder.layer = model

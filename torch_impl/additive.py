@@ -8,6 +8,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from shared.taps import ATTENTION_SCORES, tap
+
 
 class AdditiveAttention(nn.Module):
     """Document 000, `AdditiveAttention(encoder_dim=100, decoder_dim=50)`: score = v . tanh(W_1 q + W_2 h).
@@ -49,11 +51,11 @@ class AdditiveAttention(nn.Module):
         if self.as_written:
             return self.attend_as_written(queries, values)
         weights = self.W_1(queries).unsqueeze(2) + self.W_2(values).unsqueeze(1)  # [B, T, 1, Dd] + [B, 1, S, Dd]
-        attention = torch.softmax(torch.tanh(weights) @ self.v, dim=-1)  # [B, T, S]
+        attention = torch.softmax(tap(ATTENTION_SCORES, torch.tanh(weights) @ self.v), dim=-1)  # [B, T, S]
         return attention @ values, attention  # [B, T, S] @ [B, S, De] -> [B, T, De]
 
     def attend_as_written(self, queries, values):
         """One `_get_weights` per decoder step, as the document's heatmap loop."""
         scores = torch.stack([self._get_weights(queries[:, t], values) for t in range(queries.shape[1])], 1)
-        attention = torch.softmax(scores, dim=-1)  # [B, T, S]
+        attention = torch.softmax(tap(ATTENTION_SCORES, scores), dim=-1)  # [B, T, S]
         return attention @ values, attention  # [B, T, S] @ [B, S, De] -> [B, T, De]

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from shared.taps import CONTEXT_VECTORS, SOURCE_EMBEDDINGS, TARGET_EMBEDDINGS, tap
 from torch_impl.seq2seq import Seq2SeqBase, masked_softmax, run_rnn
 
 
@@ -27,7 +28,7 @@ class Encoder(nn.Module):
 
     def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None):
         """`x [B, S]` -> outputs `[B, S, 2He]` (zero at pads), hidden `[B, Hd]`."""
-        embedding = self.dropout(self.embed(x))  # [B, S, E]
+        embedding = tap(SOURCE_EMBEDDINGS, self.dropout(self.embed(x)))  # [B, S, E]
         outputs, hidden = run_rnn(self.gru, embedding, lengths)  # [B, S, 2He], [2, B, He]
         # hidden[-1] is the backward pass's final state, i.e. at time 0, not at the end (outputs[:, -1])
         concat_hidden = torch.cat((hidden[-1], hidden[-2]), dim=1)  # fix: torch.cat lost its first argument
@@ -58,7 +59,7 @@ class Attention(nn.Module):
         else:
             energy = torch.tanh(keys + F.linear(hidden, self.fc1.weight[:, : self.decoder_hidden_size]).unsqueeze(1))
         attention = masked_softmax(self.fc2(energy).squeeze(2), mask)  # [B, S]
-        weighted = torch.bmm(attention.unsqueeze(1), encoder_outputs).squeeze(1)  # [B, 1, S] @ [B, S, 2He] -> [B, 2He]
+        weighted = tap(CONTEXT_VECTORS, torch.bmm(attention.unsqueeze(1), encoder_outputs).squeeze(1))  # [B, 2He]
         return weighted, attention  # fix: the listing's weighted.permute(1, 0, 2) result was never assigned
 
     def energy_as_written(self, hidden, encoder_outputs):
@@ -87,7 +88,7 @@ class Decoder(nn.Module):
 
     def features(self, x: torch.Tensor, hidden: torch.Tensor, encoder_outputs: torch.Tensor, mask=None, keys=None):
         """`x [B]`, `hidden [B, Hd]` -> the input of `fc` `[B, Hd + 2He + E]`, hidden `[B, Hd]`, attention `[B, S]`."""
-        embedding = self.dropout(self.embedding(x))  # [B, E]
+        embedding = tap(TARGET_EMBEDDINGS, self.dropout(self.embedding(x)))  # [B, E]
         weighted, attention = self.attention(hidden, encoder_outputs, mask, keys)  # [B, 2He], [B, S]
         weighted_concat = torch.cat((embedding, weighted), dim=1).unsqueeze(1)  # fix: first argument; [B, 1, E + 2He]
         output, hidden = self.gru(weighted_concat, hidden.unsqueeze(0))  # [B, 1, Hd], [1, B, Hd]

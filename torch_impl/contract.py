@@ -10,11 +10,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from shared import catalogue
+from shared import catalogue, taps
 from shared.validation import check_max_len, prepare
 from torch_impl.weights import get_grads, get_weights, set_weights
 
-__all__ = ["build", "get_weights", "set_weights", "run", "loss_and_grads", "greedy"]
+__all__ = ["build", "get_weights", "set_weights", "run", "trace", "loss_and_grads", "greedy"]
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
@@ -32,7 +32,7 @@ def build(name: str, dtype: str = "float32", as_written: bool = False, **overrid
     config = catalogue.resolve_config(spec, dtype, overrides)
     factory = getattr(importlib.import_module(f"torch_impl.{spec.module}"), spec.factory)
     model = factory(**config).to(_DTYPES[dtype]).eval()
-    model.rosetta_config = config
+    model.rosetta_name, model.rosetta_config = name, config
     for module in model.modules():
         if hasattr(module, "as_written"):
             module.as_written = bool(as_written)
@@ -69,6 +69,14 @@ def run(model: torch.nn.Module, name: str, batch: Mapping, teacher_forcing=None)
     with torch.no_grad(), _eval_mode(model):
         outputs = _outputs(model, spec, _tensors(model, arrays), schedule)
     return {key: value.cpu().numpy() for key, value in outputs.items()}
+
+
+def trace(model, name: str, batch: Mapping) -> dict[str, np.ndarray]:
+    """`run`'s outputs and the components tapped on the way (shared.taps: embeddings, encoder outputs and
+    state, attention scores, context vectors) as numpy, batch-first, every decoder step joined along time."""
+    with taps.recording() as recorded:
+        outputs = run(model, name, batch)
+    return {**taps.collect(recorded, lambda tensor: tensor.detach().cpu().numpy()), **outputs}
 
 
 def greedy(model: torch.nn.Module, name: str, batch: Mapping, max_len: int = 50) -> dict[str, np.ndarray]:

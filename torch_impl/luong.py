@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from shared.taps import CONTEXT_VECTORS, SOURCE_EMBEDDINGS, TARGET_EMBEDDINGS, tap
 from torch_impl.seq2seq import Seq2SeqBase, masked_softmax, run_rnn
 
 SCORE_FNS = ("dot", "general", "concat")
@@ -64,7 +65,7 @@ class Attention(nn.Module):
     def attend(self, queries, encoder_outs, mask, keys):
         """Ours: alignment `[B, T, S]` and context `[B, T, H]` of every query at once."""
         a = masked_softmax(self.scores(keys, queries), None if mask is None else mask.unsqueeze(1))  # [B, T, S]
-        return a, torch.bmm(a, encoder_outs)  # [B, T, S] @ [B, S, H] -> [B, T, H]
+        return a, tap(CONTEXT_VECTORS, torch.bmm(a, encoder_outs))  # [B, T, S] @ [B, S, H] -> [B, T, H]
 
     def forward(self, decoder_out, encoder_outs, mask=None, keys=None):
         """-> alignment `a [B, S]` and context `[B, H]` (the listing's `(a, context)` order); keys: ours."""
@@ -72,7 +73,7 @@ class Attention(nn.Module):
             a, context = self.attend(decoder_out.unsqueeze(1), encoder_outs, mask, keys)  # [B, 1, S], [B, 1, H]
             return a.squeeze(1), context.squeeze(1)
         a = masked_softmax(self.score(decoder_out, encoder_outs), mask)  # [B, S]
-        context = torch.bmm(a.unsqueeze(1), encoder_outs).squeeze(1)  # [B, 1, S] @ [B, S, H] -> [B, H]
+        context = tap(CONTEXT_VECTORS, torch.bmm(a.unsqueeze(1), encoder_outs).squeeze(1))  # [B, 1, S] @ [B, S, H] -> [B, H]
         return a, context
 
 
@@ -87,7 +88,7 @@ class Encoder(nn.Module):
 
     def forward(self, src: torch.Tensor, lengths: torch.Tensor | None = None):
         """`src [B, S]` -> outputs `[B, S, H]`, (h `[L, B, H]`, c `[L, B, H]`)."""
-        embed = self.dropout(self.embed(src))  # [B, S, E]
+        embed = tap(SOURCE_EMBEDDINGS, self.dropout(self.embed(src)))  # [B, S, E]
         out, hidden = run_rnn(self.lstm, embed, lengths)
         return self.dropout(out), hidden
 
@@ -113,7 +114,7 @@ class Decoder(nn.Module):
 
     def features(self, trg, hidden, encoder_out, mask=None, keys=None):
         """One step up to `fc`: `tanh(wc [h_t; c_t])` `[B, H]`, (h, c), attention `[B, S]`."""
-        embed = self.dropout(self.embed(trg.unsqueeze(1)))  # [B, 1, E]
+        embed = tap(TARGET_EMBEDDINGS, self.dropout(self.embed(trg.unsqueeze(1))))  # [B, 1, E]
         decoder_out, hidden = self.lstm(embed, hidden)  # [B, 1, H]
         atten, context = self.attention(decoder_out.squeeze(1), encoder_out, mask, keys)  # [B, S], [B, H]
         atten_hidden = torch.tanh(self.wc(torch.cat((decoder_out.squeeze(1), context), dim=1)))  # [B, H]
@@ -122,7 +123,7 @@ class Decoder(nn.Module):
     def features_teacher_forced(self, trg, hidden, encoder_out, mask, keys):
         """Ours, every input known (`trg [B, T]`): no input feeding, so the LSTM runs over the whole target
         and attention, `wc` over all steps at once -> `[B, T, H]`, attention `[B, T, S]`."""
-        embed = self.dropout(self.embed(trg))  # [B, T, E]
+        embed = tap(TARGET_EMBEDDINGS, self.dropout(self.embed(trg)))  # [B, T, E]
         decoder_out, _ = self.lstm(embed, hidden)  # [B, T, H]
         atten, context = self.attention.attend(decoder_out, encoder_out, mask, keys)  # [B, T, S], [B, T, H]
         return torch.tanh(self.wc(torch.cat((decoder_out, context), dim=2))), atten  # [B, T, H]

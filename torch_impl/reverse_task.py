@@ -13,6 +13,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from shared.taps import CONTEXT_VECTORS, ENCODER_OUTPUTS, ENCODER_STATE, SOURCE_EMBEDDINGS, TARGET_EMBEDDINGS, tap
+from torch_impl.seq2seq import masked_softmax
+
 
 class ReverseTaskBase(nn.Module):
     """What every model of document 001 shares: embeddings and recurrent layers on both sides.
@@ -42,10 +45,13 @@ class ReverseTaskBase(nn.Module):
 
     def decode(self, enc_inputs, dec_inputs) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Logits `(B, T, V)` and the attention weights of every decoder step `(B, T, S)` (None: no attention)."""
-        enc_out, enc_hidden = self.encoder(self.enc_embeddings(enc_inputs))  # [B, S, H], [1, B, H]
+        enc_emb = tap(SOURCE_EMBEDDINGS, self.enc_embeddings(enc_inputs))  # [B, S, E]
+        enc_out, enc_hidden = self.encoder(enc_emb)  # [B, S, H], [1, B, H]
+        tap(ENCODER_OUTPUTS, enc_out)
+        tap(ENCODER_STATE, enc_hidden)
         if self.as_written:
             return self.decode_as_written(enc_out, enc_hidden, dec_inputs)
-        return self.decode_hoisted(enc_out, enc_hidden, self.dec_embeddings(dec_inputs))
+        return self.decode_hoisted(enc_out, enc_hidden, tap(TARGET_EMBEDDINGS, self.dec_embeddings(dec_inputs)))
 
 
 class ReverseTaskV0(ReverseTaskBase):
@@ -65,7 +71,7 @@ class ReverseTaskV0(ReverseTaskBase):
         return self.output_layer(dec_out), None  # [B, T, V]
 
     def decode_as_written(self, enc_out, enc_hidden, dec_inputs):
-        return self.decode_hoisted(enc_out, enc_hidden, self.dec_embeddings(dec_inputs))
+        return self.decode_hoisted(enc_out, enc_hidden, tap(TARGET_EMBEDDINGS, self.dec_embeddings(dec_inputs)))
 
 
 class BahdanauReverseTask(ReverseTaskBase):
@@ -87,8 +93,8 @@ class BahdanauReverseTask(ReverseTaskBase):
         state, states, attention = enc_hidden[-1], [], []  # s_{t-1}: [B, H]
         for t in range(dec_emb.shape[1]):
             query, hidden_share = F.linear(state, state_weight, state_bias).split([A, state_bias.shape[0] - A], dim=1)
-            probs = torch.softmax(additive_scores(self.v, keys, query.unsqueeze(1)), dim=-1)  # [B, 1, S]
-            context_vector = torch.bmm(probs, enc_out).squeeze(1)  # [B, 1, S] @ [B, S, H] -> [B, H]
+            probs = masked_softmax(additive_scores(self.v, keys, query.unsqueeze(1)), None)  # [B, 1, S]
+            context_vector = tap(CONTEXT_VECTORS, torch.bmm(probs, enc_out).squeeze(1))  # [B, 1, S] @ [B, S, H] -> [B, H]
             input_share = torch.addmm(emb_share[:, t], context_vector, gru.weight_ih_l0[:, E:].t())  # [B, 3H]
             state = gru_cell(input_share, hidden_share, state)  # [B, H]
             states.append(state)
@@ -99,9 +105,9 @@ class BahdanauReverseTask(ReverseTaskBase):
         """The listing's loop: the score from scratch, the embedding and the output layer at every step."""
         prev_hidden, outputs, attention = enc_hidden, [], []
         for t in range(dec_inputs.shape[1]):
-            probs = torch.softmax(self.scores_as_written(enc_out, prev_hidden[-1]), dim=-1)  # [B, S]
-            context_vector = torch.bmm(probs.unsqueeze(1), enc_out)  # [B, 1, H]
-            emb_vector = self.dec_embeddings(dec_inputs[:, t]).unsqueeze(1)  # [B, 1, E]
+            probs = masked_softmax(self.scores_as_written(enc_out, prev_hidden[-1]), None)  # [B, S]
+            context_vector = tap(CONTEXT_VECTORS, torch.bmm(probs.unsqueeze(1), enc_out))  # [B, 1, H]
+            emb_vector = tap(TARGET_EMBEDDINGS, self.dec_embeddings(dec_inputs[:, t]).unsqueeze(1))  # [B, 1, E]
             s_t = torch.cat([emb_vector, context_vector], dim=2)  # [B, 1, E + H]
             dec_out_t, prev_hidden = self.decoder(s_t, prev_hidden)  # [B, 1, H], [1, B, H]
             outputs.append(self.output_layer(dec_out_t))  # [B, 1, V]
@@ -119,8 +125,8 @@ class LuongReverseTask(ReverseTaskBase):
         """Ours: the decoder's input never depends on attention, so the GRU runs over the whole target
         at once and attention scores every step in one product."""
         dec_out, _ = self.decoder(dec_emb, enc_hidden)  # [B, T, H]
-        probs = torch.softmax(self.scores(self.keys(enc_out), dec_out), dim=-1)  # [B, T, S]
-        context_vector = torch.bmm(probs, enc_out)  # [B, T, S] @ [B, S, H] -> [B, T, H]
+        probs = masked_softmax(self.scores(self.keys(enc_out), dec_out), None)  # [B, T, S]
+        context_vector = tap(CONTEXT_VECTORS, torch.bmm(probs, enc_out))  # [B, T, S] @ [B, S, H] -> [B, T, H]
         return self.output_layer(torch.cat([dec_out, context_vector], dim=2)), probs  # [B, T, V], [B, T, S]
 
     def decode_as_written(self, enc_out, enc_hidden, dec_inputs):
@@ -128,10 +134,10 @@ class LuongReverseTask(ReverseTaskBase):
         keys = self.keys_as_written(enc_out)  # [B, S, *]
         prev_hidden, outputs, attention = enc_hidden, [], []
         for t in range(dec_inputs.shape[1]):
-            emb_vector = self.dec_embeddings(dec_inputs[:, t]).unsqueeze(1)  # [B, 1, E]
+            emb_vector = tap(TARGET_EMBEDDINGS, self.dec_embeddings(dec_inputs[:, t]).unsqueeze(1))  # [B, 1, E]
             dec_out, prev_hidden = self.decoder(emb_vector, prev_hidden)  # [B, 1, H], [1, B, H]
-            probs = torch.softmax(self.scores_as_written(keys, prev_hidden[-1]), dim=-1)  # [B, S]
-            context_vector = torch.bmm(probs.unsqueeze(1), enc_out)  # [B, 1, H]
+            probs = masked_softmax(self.scores_as_written(keys, prev_hidden[-1]), None)  # [B, S]
+            context_vector = tap(CONTEXT_VECTORS, torch.bmm(probs.unsqueeze(1), enc_out))  # [B, 1, H]
             outputs.append(self.output_layer(torch.cat([dec_out, context_vector], dim=2)))  # [B, 1, V]
             attention.append(probs)
         return torch.cat(outputs, dim=1), torch.stack(attention, dim=1)  # [B, T, V], [B, T, S]

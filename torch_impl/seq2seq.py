@@ -12,6 +12,8 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from shared.taps import ATTENTION_SCORES, ENCODER_OUTPUTS, ENCODER_STATE, tap
+
 
 def source_mask(src_len: torch.Tensor | None, max_len: int) -> torch.Tensor | None:
     """`[B, S]` True on real tokens, False on padding; None when the batch has no lengths."""
@@ -21,7 +23,9 @@ def source_mask(src_len: torch.Tensor | None, max_len: int) -> torch.Tensor | No
 
 
 def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """Softmax over the last axis giving exactly zero weight where `mask` is False."""
+    """Softmax over the last axis giving exactly zero weight where `mask` is False (the attention weights;
+    `scores` are tapped as they come, before the mask)."""
+    tap(ATTENTION_SCORES, scores)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))  # [B, S]
     return torch.softmax(scores, dim=-1)
@@ -72,10 +76,11 @@ class Seq2SeqBase(nn.Module):
     def encode(self, src, src_len=None):
         """The memory and the decoder's first state."""
         encoder_outputs, hidden = self.encoder(src, src_len)
-        return self.memory(encoder_outputs, src_len), hidden
+        return self.memory(encoder_outputs, src_len), tap(ENCODER_STATE, hidden)
 
     def memory(self, encoder_outputs, src_len):
         """Encoder outputs `[B, S, *]`, their padding mask `[B, S]` and the attention keys (None as written)."""
+        tap(ENCODER_OUTPUTS, encoder_outputs)
         keys = None if self.as_written else self.decoder.attention.keys(encoder_outputs)
         return encoder_outputs, source_mask(src_len, encoder_outputs.shape[1]), keys
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from shared.taps import CONTEXT_VECTORS, ENCODER_STATE, SOURCE_EMBEDDINGS, TARGET_EMBEDDINGS, tap
 from torch_impl.seq2seq import Seq2SeqBase, masked_softmax, run_rnn
 
 
@@ -34,7 +35,7 @@ class BahdanauAttention(nn.Module):
         values_share = self.W1(values) if keys is None else keys  # [B, S, H]; the listing: at every step
         score = self.V(torch.tanh(values_share + self.W2(hidden_with_time_axis)))  # [B, S, 1]
         attention_weights = masked_softmax(score.squeeze(2), mask).unsqueeze(2)  # [B, S, 1]
-        context_vector = torch.sum(attention_weights * values, dim=1)  # [B, H]
+        context_vector = tap(CONTEXT_VECTORS, torch.sum(attention_weights * values, dim=1))  # [B, H]
         return context_vector, attention_weights
 
 
@@ -50,7 +51,7 @@ class Encoder(nn.Module):
 
     def forward(self, x: torch.Tensor, hidden: torch.Tensor, lengths: torch.Tensor | None = None):
         """`x [B, S]`, `hidden [B, H]` -> output `[B, S, H]`, state `[B, H]`."""
-        x = self.embedding(x)  # [B, S, E]
+        x = tap(SOURCE_EMBEDDINGS, self.embedding(x))  # [B, S, E]
         output, state = run_rnn(self.gru, x, lengths, hidden.unsqueeze(0))  # [B, S, H], [1, B, H]
         return output, state.squeeze(0)
 
@@ -86,7 +87,7 @@ class Decoder(nn.Module):
     def features(self, x, hidden, enc_output, mask=None, keys=None):
         """One step up to `fc`: the GRU output `[B, H]`, state `[B, H]`, attention_weights `[B, S, 1]`."""
         context_vector, attention_weights = self.attention(hidden, enc_output, mask, keys)  # [B, H], [B, S, 1]
-        x = self.embedding(x)  # [B, 1, E]
+        x = tap(TARGET_EMBEDDINGS, self.embedding(x))  # [B, 1, E]
         x = torch.cat([context_vector.unsqueeze(1), x], dim=-1)  # [B, 1, H + E]
         output, state = self.gru(x, hidden.unsqueeze(0) if self.feed_state else None)  # [B, 1, H], [1, B, H]
         return output.reshape(-1, output.shape[2]), state.squeeze(0), attention_weights  # [B, H], [B, H], [B, S, 1]
@@ -102,7 +103,7 @@ class Seq2Seq(Seq2SeqBase):
     def encode(self, src, src_len=None):
         enc_hidden = self.encoder.initialize_hidden_state(src.shape[0])  # [B, H]
         enc_output, enc_hidden = self.encoder(src, enc_hidden, src_len)  # [B, S, H], [B, H]
-        return self.memory(enc_output, src_len), enc_hidden
+        return self.memory(enc_output, src_len), tap(ENCODER_STATE, enc_hidden)
 
     def features(self, x, hidden, memory):
         enc_output, mask, keys = memory

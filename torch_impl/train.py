@@ -66,34 +66,19 @@ class Trainer:
 
     def optimizer_state(self) -> dict:
         """Adam's state in canonical layout: `step`, and `exp_avg`, `exp_avg_sq` keyed like the weights."""
-        self._check_torch_adam()
-        names = {id(param): name for name, param in self.model.named_parameters()}
-        state, slots, step = {name: {} for name in MOMENTS}, self._slots(), 0
-        for param in self.variables:
-            found = slots[id(param)]
-            step = max(step, int(found.get("step", 0)))
-            for name in MOMENTS:
-                value = found.get(name, torch.zeros_like(param))
-                state[name][names[id(param)]] = value.detach().cpu().numpy().copy()
-        return {"step": step, **state}
+        return adam_state(self.model, self.optimizer)
 
     def load_optimizer_state(self, state: Mapping) -> None:
         """Continue from another Trainer's `optimizer_state` (either stack): moments and step counter."""
-        self._check_torch_adam()
-        step = check_optimizer_state(state)
-        shapes = {name: tuple(param.shape) for name, param in self.model.named_parameters()}
-        for name in MOMENTS:
-            check_weights(shapes, state[name], f"{type(self.model).__name__} ({name})")
-        for key, param in self.model.named_parameters():
-            moments = {name: torch.as_tensor(np.asarray(state[name][key])).to(param) for name in MOMENTS}  # dtype, device
-            self.optimizer.state[param] = {"step": torch.tensor(float(step)), **moments}
+        load_adam_state(self.model, self.optimizer, state)
 
-    def _slots(self) -> dict:
-        return {id(param): self.optimizer.state.get(param, {}) for param in self.variables}
+    def save_checkpoint(self, path) -> None:
+        """The model and Adam's state in the stack's own file, as `rosetta port --with-optimizer` reads it."""
+        save_native(self.model, path, self.optimizer_state())
 
-    def _check_torch_adam(self) -> None:
-        if self.spec.optimizer != "torch_adam":
-            raise ValueError(f"optimizer state ports for torch_adam only; this Trainer runs {self.spec.optimizer}")
+    def load_checkpoint(self, path) -> None:
+        """Continue from a checkpoint file of this stack (weights, Adam's moments and step counter)."""
+        self.load_optimizer_state(load_native(self.model, path, with_optimizer=True))
 
     def _forward_loss(self, tensors: dict, forced):
         spec = catalogue.get(self.name)
@@ -112,19 +97,75 @@ def place(model: torch.nn.Module) -> tuple[torch.nn.Module, str]:
     return model.cuda(), f"cuda ({torch.cuda.get_device_name()})"
 
 
-def save_native(model: torch.nn.Module, path: str | Path) -> None:
-    """The model's state_dict as a `.pt` file, written atomically."""
+def adam_state(model: torch.nn.Module, optimizer: torch.optim.Adam) -> dict:
+    """`optimizer`'s state over `model`'s parameters in canonical layout: `step`, `exp_avg` and `exp_avg_sq`
+    keyed like the weights (zeros for a parameter never updated), and the hyperparameters `lr`, `betas`, `eps`."""
+    group = optimizer.param_groups[0]
+    state, step = {name: {} for name in MOMENTS}, 0
+    for key, param in model.named_parameters():
+        found = optimizer.state.get(param, {})
+        step = max(step, int(found.get("step", 0)))
+        for name in MOMENTS:
+            state[name][key] = found.get(name, torch.zeros_like(param)).detach().cpu().numpy().copy()
+    hyper = {"lr": float(group["lr"]), "betas": tuple(map(float, group["betas"])), "eps": float(group["eps"])}
+    return {"step": step, **state, **hyper}
+
+
+def load_adam_state(model: torch.nn.Module, optimizer: torch.optim.Adam, state: Mapping) -> None:
+    """Set `optimizer`'s moments and step counter from a canonical state (strict on keys and shapes)."""
+    step = _check_moments(model, state)
+    for key, param in model.named_parameters():
+        moments = {name: torch.as_tensor(np.asarray(state[name][key])).to(param) for name in MOMENTS}  # dtype, device
+        optimizer.state[param] = {"step": torch.tensor(float(step)), **moments}
+
+
+def _check_moments(model: torch.nn.Module, state: Mapping) -> int:
+    """A canonical optimizer state's step counter, after checking its moments' keys and shapes against `model`."""
+    step = check_optimizer_state(state)
+    shapes = {name: tuple(param.shape) for name, param in model.named_parameters()}
+    for name in MOMENTS:
+        check_weights(shapes, state[name], f"{type(model).__name__} ({name})")
+    return step
+
+
+def save_native(model: torch.nn.Module, path: str | Path, optimizer_state: Mapping | None = None) -> None:
+    """The model's state_dict as a `.pt` file, written atomically; with a canonical `optimizer_state`, the
+    usual checkpoint `{"model": state_dict, "optimizer": torch.optim.Adam(model.parameters()).state_dict()}`."""
+    weights = {key: value.detach().cpu() for key, value in model.state_dict().items()}
+    if optimizer_state is not None:
+        hyper = {key: optimizer_state[key] for key in ("lr", "betas", "eps") if optimizer_state.get(key) is not None}
+        optimizer = torch.optim.Adam(model.parameters(), **hyper)
+        load_adam_state(model, optimizer, optimizer_state)
+        weights = {"model": weights, "optimizer": optimizer.state_dict()}
     buffer = io.BytesIO()
-    torch.save({key: value.detach().cpu() for key, value in model.state_dict().items()}, buffer)
+    torch.save(weights, buffer)
     write_atomic(path, buffer.getvalue())
 
 
-def load_native(model: torch.nn.Module, path: str | Path) -> None:
-    """Load a `.pt` state_dict (tensors only: `weights_only=True` refuses pickled code) into `model`, strictly."""
+def load_native(model: torch.nn.Module, path: str | Path, with_optimizer: bool = False) -> dict | None:
+    """Load a `.pt` state_dict, or a checkpoint `{"model", "optimizer"}`, into `model`, strictly (tensors only:
+    `weights_only=True` refuses pickled code). With `with_optimizer`, return Adam's state in canonical
+    layout (the optimizer's parameters in `model.parameters()` order, as `Adam(model.parameters())` saves)."""
     from torch_impl.weights import set_weights
 
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        loaded = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # torch raises UnpicklingError, RuntimeError, EOFError, ... for bad files
         raise ValueError(f"{path}: not a loadable torch state_dict ({type(error).__name__}: {error})") from None
-    set_weights(model, {key: value.numpy() for key, value in state.items()})
+    checkpoint = isinstance(loaded, dict) and {"model", "optimizer"} <= set(loaded)
+    weights = loaded["model"] if checkpoint else loaded
+    if not isinstance(weights, dict) or not all(isinstance(value, torch.Tensor) for value in weights.values()):
+        raise ValueError(f"{path}: not a torch state_dict (a dict of tensors, or a checkpoint {{'model', 'optimizer'}})")
+    set_weights(model, {key: value.numpy() for key, value in weights.items()})
+    if not with_optimizer:
+        return None
+    if not checkpoint:
+        raise ValueError(f"{path}: holds no optimizer state (a checkpoint {{'model': ..., 'optimizer': ...}} does)")
+    optimizer = torch.optim.Adam(model.parameters())
+    try:
+        optimizer.load_state_dict(loaded["optimizer"])
+    except (KeyError, ValueError, TypeError) as error:
+        raise ValueError(f"{path}: its optimizer state is not Adam's over this model's parameters ({error})") from None
+    state = adam_state(model, optimizer)
+    _check_moments(model, state)
+    return state
