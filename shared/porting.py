@@ -1,15 +1,17 @@
-"""`rosetta port`: a trained model's weights from one stack's file to the other's, verified.
+"""`rosetta port`: a trained model from one stack's file to the other's, verified component by component.
 
-Formats, read from the file name (`--to` overrides): a PyTorch state_dict `.pt` (read with
-`weights_only=True`: a file holding pickled code is refused, never run), canonical `.safetensors`
-(the state_dict layout, no code), Keras `.weights.h5`. Every format passes through the canonical
-weights and the leaf rules of shared.canonical, so a state_dict saved from a document's own torch
-class (same attribute names) ports as it is.
+Formats, read from the file name (`--to` overrides): a PyTorch `.pt` state_dict or checkpoint
+`{"model", "optimizer"}` (read with `weights_only=True`: a file holding pickled code is refused, never
+run), canonical `.safetensors` (the state_dict layout, no code), Keras `.weights.h5`, and a whole Keras
+model `.keras` (safe mode). Every format passes through the canonical weights and the leaf rules of
+shared.canonical, so a state_dict saved from a document's own torch class (same attribute names) ports
+as it is; with `with_optimizer`, Adam's moments pass the same rules.
 
 A port builds the source stack's model from SRC, writes DST through the destination stack into a
-temporary folder beside DST, reads that file back into a fresh model, and compares the two on fixture
-inputs (and on `--inputs`) component by component. Only a port that verifies is moved into place:
-a failed or refused port leaves nothing behind.
+temporary folder beside DST, reads that file back into a fresh model, and compares the two on seeded
+sentences with ragged lengths (and on `--inputs`) component by component: the components both stacks
+tap (shared.taps), the attention weights, the logits, greedy ids, and Adam's state. Only a port that
+verifies is moved into place: a failed or refused port leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ FORMATS = {
 }
 STACK_MODULES = {"torch": "torch_impl", "tf": "tf_impl"}
 VERIFY_SIZES = Sizes(batch=3, src_len=7, tgt_len=6)  # the fixture sentences of a port's verification
+GREEDY_STEPS = 12  # greedy decoding compared for this many tokens (random weights seldom stop earlier)
 
 
 def format_of(path, override: str | None = None) -> Format:
@@ -290,8 +293,8 @@ def verify(
             components.append(_close(name + label, actual.get(name), expected.get(name), atol, rtol, name in PER_STEP))
         if spec.variable_length:
             source = {key: batch[key] for key in ("src", "src_len") if key in batch}
-            same = np.array_equal(reference_stack.greedy(reference, model, source)["tokens"],
-                                  candidate_stack.greedy(candidate, model, source)["tokens"])  # fmt: skip
+            same = np.array_equal(reference_stack.greedy(reference, model, source, GREEDY_STEPS)["tokens"],
+                                  candidate_stack.greedy(candidate, model, source, GREEDY_STEPS)["tokens"])  # fmt: skip
             components.append(Component(f"greedy ids{label}", None, same))
     return components
 

@@ -308,4 +308,12 @@ def test_a_keras_file_names_its_model_and_config(tmp_path, capsys):
     (tmp_path / "bad.keras").write_bytes(b"PK not really a zip")
     err = _port_error(tmp_path, capsys, [str(tmp_path / "bad.keras"), str(tmp_path / "o.pt"), "--model", name, *sets])
     assert "not a loadable .keras file" in err
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.keras", "m.keras"]
+    plain = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    plain.save(tmp_path / "plain.keras")
+    err = _port_error(tmp_path, capsys, [str(tmp_path / "plain.keras"), str(tmp_path / "o.pt"), "--model", name, *sets])
+    assert "holds a Sequential, not a catalogue model" in err
+    code = keras.Sequential([keras.Input((3,)), keras.layers.Lambda(lambda x: x * 2)])
+    code.save(tmp_path / "code.keras")
+    err = _port_error(tmp_path, capsys, [str(tmp_path / "code.keras"), str(tmp_path / "o.pt"), "--model", name, *sets])
+    assert "not a loadable .keras file" in err and "safe_mode" in err  # a lambda's bytecode is refused, never run
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.keras", "code.keras", "m.keras", "plain.keras"]
