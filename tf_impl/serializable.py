@@ -19,6 +19,8 @@ class CatalogueModel:
         keras.saving.register_keras_serializable(package=f"rosetta.{cls.__module__.rsplit('.', 1)[-1]}")(cls)
 
     def get_config(self) -> dict:
+        if not hasattr(self, "rosetta_name"):
+            raise ValueError(f"{type(self).__name__} was not built by tf_impl.build(name): its catalogue entry is unknown")
         return {
             "name": self.name,
             "rosetta_model": self.rosetta_name,

@@ -166,7 +166,8 @@ def compile_with_adam(owner, model, state: Mapping | None = None):
 
 def save_native(model, path: str | Path, optimizer_state: Mapping | None = None) -> None:
     """The model's weights as a Keras `.weights.h5` file, written atomically (temporary file, then rename);
-    with a canonical `optimizer_state`, also Adam's variables, as a compiled model's `save_weights` writes."""
+    with a canonical `optimizer_state`, also Adam's variables, as a compiled model's `save_weights` writes
+    them (the model stays compiled with that optimizer, as after a Keras user's `model.compile`)."""
     path = Path(path)
     if not path.name.endswith(NATIVE_SUFFIX):
         raise ValueError(f"{path}: a Keras weights file must end with {NATIVE_SUFFIX}")
