@@ -131,15 +131,6 @@ class PortReport:
     def first_failure(self) -> Component | None:
         return next((component for component in self.components if not component.ok), None)
 
-    def maxima(self) -> dict[str, float]:
-        """The largest |diff| of each component over every batch (the closing notes' table)."""
-        found: dict[str, float] = {}
-        for component in self.components:
-            if component.max_abs is not None:
-                name = component.name.removesuffix(INPUTS_LABEL)
-                found[name] = max(found.get(name, 0.0), component.max_abs)
-        return found
-
 
 def read(stack, path, fmt: Format, name: str, config: dict, dtype: str, with_optimizer: bool = False):
     """A model of `stack` built at `config` holding the weights of `path` (strict: one error names every

@@ -15,7 +15,7 @@ FRAMEWORK_METHODS = {"forward": "call"}  # the call method is the only name the 
 ONE_STACK_FUNCTIONS = {
     "weights.py": {"leaf", "leaves", "assign_through_rules"},
     "tf_tutorial.py": {"keras_initializers"},  # torch starts from Keras's default distributions; Keras has them
-    "train.py": {"save_keras", "load_keras", "compile_with_adam", "has_optimizer_state"},  # Keras's `.keras` files
+    "train.py": {"save_keras", "load_keras"},  # Keras's `.keras` files
 }
 
 

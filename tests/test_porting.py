@@ -256,6 +256,9 @@ def test_a_checkpoint_ported_without_the_optimizer_cannot_resume(tmp_path, capsy
     porting.port(tmp_path / "checkpoint.pt", tmp_path / "b.weights.h5", name, overrides=_training_config(name))
     with pytest.raises(ValueError, match="holds no optimizer state"):
         fixture_trainer(tf_impl, name, "float64", EQUALITY_SPEC).load_checkpoint(tmp_path / "b.weights.h5")
+    porting.port(tmp_path / "checkpoint.pt", tmp_path / "b.keras", name, overrides=_training_config(name))
+    with pytest.raises(ValueError, match="holds no optimizer state"):
+        fixture_trainer(tf_impl, name, "float64", EQUALITY_SPEC).load_checkpoint(tmp_path / "b.keras")
     sets = [f"--set={k}={v}" for k, v in _training_config(name).items()]
     err = _port_error(tmp_path, capsys, [str(tmp_path / "weights.pt"), str(tmp_path / "c.keras"), "--model", name,
                                          "--with-optimizer", *sets])  # fmt: skip

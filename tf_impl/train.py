@@ -9,7 +9,6 @@ format (`.weights.h5`).
 from __future__ import annotations
 
 import importlib
-import io
 import os
 import tempfile
 from collections.abc import Mapping
@@ -23,7 +22,7 @@ from shared import catalogue
 from shared.training import MOMENTS, TrainSpec, check_optimizer_state
 from shared.validation import prepare
 from tf_impl.contract import _loss, _outputs, _tensors
-from tf_impl.optim import clip_grad_norm, make_optimizer
+from tf_impl.optim import TorchAdam, clip_grad_norm, make_optimizer
 from tf_impl.weights import assign_through_rules, get_grads, get_weights, leaves, set_weights
 
 NATIVE_SUFFIX = ".weights.h5"
@@ -149,11 +148,9 @@ def load_adam_state(model, optimizer, state: Mapping) -> None:
     optimizer.iterations.assign(step)
 
 
-def compile_with_adam(owner, model, state: Mapping | None = None):
+def _compile_with_adam(owner, model, state: Mapping | None = None):
     """Compile `owner` (`model`, or the Model that saves a bare layer) with a TorchAdam built over its trainable
     variables, holding `state` when given, so Keras's own files carry it (`optimizer/vars`); the optimizer."""
-    from tf_impl.optim import TorchAdam
-
     state = state or {}
     beta_1, beta_2 = state.get("betas") or (0.9, 0.999)
     optimizer = TorchAdam(state.get("lr") or 1e-3, beta_1=beta_1, beta_2=beta_2, epsilon=state.get("eps") or 1e-8)
@@ -173,7 +170,7 @@ def save_native(model, path: str | Path, optimizer_state: Mapping | None = None)
         raise ValueError(f"{path}: a Keras weights file must end with {NATIVE_SUFFIX}")
     owner = _weights_owner(model)
     if optimizer_state is not None:
-        compile_with_adam(owner, model, optimizer_state)
+        _compile_with_adam(owner, model, optimizer_state)
     _write_atomic_with(lambda temporary: owner.save_weights(temporary, overwrite=True), path)
 
 
@@ -196,9 +193,9 @@ def load_native(model, path: str | Path, with_optimizer: bool = False) -> dict |
     keeps them in a model's config, which a weights file does not hold)."""
     owner, optimizer = _weights_owner(model), None
     if with_optimizer:
-        if not has_optimizer_state(path):
+        if not _has_optimizer_state(path):
             raise ValueError(f"{path}: holds no optimizer state (a compiled model's save_weights writes it)")
-        optimizer = compile_with_adam(owner, model)
+        optimizer = _compile_with_adam(owner, model)
     try:
         owner.load_weights(str(path))
     except Exception as error:  # h5py and Keras raise OSError, ValueError, KeyError, ... for bad files
@@ -215,7 +212,7 @@ def save_keras(model, path: str | Path, optimizer_state: Mapping | None = None) 
     if optimizer_state is not None:
         if not hasattr(model, "compile"):
             raise ValueError(f"{path}: a .keras file of a bare layer ({type(model).__name__}) holds no optimizer")
-        compile_with_adam(model, model, optimizer_state)
+        _compile_with_adam(model, model, optimizer_state)
     _write_atomic_with(lambda temporary: keras.saving.save_model(model, temporary), path)
 
 
@@ -226,35 +223,28 @@ def load_keras(path: str | Path, with_optimizer: bool = False) -> tuple[object, 
 
     for spec in catalogue.CATALOGUE.values():  # each model class registers itself with Keras on import
         importlib.import_module(f"tf_impl.{spec.module}")
-    if with_optimizer and not has_optimizer_state(path):
-        raise ValueError(f"{path}: holds no optimizer state (a compiled model's .keras file does)")
     try:
         model = keras.saving.load_model(path, compile=with_optimizer, safe_mode=True)
     except Exception as error:  # zipfile, h5py, json and Keras raise many kinds for a bad file
         raise ValueError(f"{path}: not a loadable .keras file of a catalogue model ({type(error).__name__}: {error})") from None
     if not isinstance(model, CatalogueModel):
         raise ValueError(f"{path}: holds a {type(model).__name__}, not a catalogue model")
-    return model, adam_state(model, model.optimizer) if with_optimizer else None
+    if not with_optimizer:
+        return model, None
+    if getattr(model, "optimizer", None) is None:  # Keras restores the optimizer of a model saved compiled
+        raise ValueError(f"{path}: holds no optimizer state (a compiled model's .keras file does)")
+    return model, adam_state(model, model.optimizer)
 
 
-def has_optimizer_state(path: str | Path) -> bool:
-    """Whether a Keras `.weights.h5` (or the weights inside a `.keras` archive) holds optimizer variables."""
-    import zipfile
-
+def _has_optimizer_state(path: str | Path) -> bool:
+    """Whether a Keras `.weights.h5` file holds optimizer variables (h5py reads the index, not the arrays)."""
     import h5py
 
     try:
-        if str(path).endswith(".keras"):
-            with zipfile.ZipFile(path) as archive, archive.open("model.weights.h5") as inner:
-                return _optimizer_group(h5py.File(io.BytesIO(inner.read()), "r"))
-        return _optimizer_group(h5py.File(path, "r"))
-    except (OSError, KeyError, zipfile.BadZipFile):
+        with h5py.File(path, "r") as store:
+            return "optimizer" in store and len(store["optimizer"].get("vars", {})) > 0
+    except OSError:
         return False
-
-
-def _optimizer_group(store) -> bool:
-    with store:
-        return "optimizer" in store and len(store["optimizer"].get("vars", {})) > 0
 
 
 def _weights_owner(model):
