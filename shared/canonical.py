@@ -29,6 +29,8 @@ from functools import partial
 
 import numpy as np
 
+from shared.layouts import proposal_text, propose_renames
+
 Arrays = dict[str, np.ndarray]
 
 
@@ -166,5 +168,8 @@ def check_weights(expected: Mapping[str, tuple], given: Mapping[str, object], mo
         (f"non-float keys: {'; '.join(non_float)}", non_float),
     ]
     lines = [text for text, items in problems if items]
+    renames = propose_renames({key: expected[key] for key in missing}, {key: np.shape(given[key]) for key in unexpected})
+    if renames:
+        lines.append(proposal_text(renames))
     if lines:
         raise ValueError(f"weights do not fit {model}: " + " | ".join(lines))

@@ -2,12 +2,14 @@
 
 Each entry says which document and class it follows, which module and class implement it in
 `torch_impl/` and `tf_impl/` (the same in both), its document-default config, the small fixture config
-the equality tests use (all dimensions distinct, so a missing transpose cannot pass), and the tolerance
-the equality policy grants it, with the reason for any override.
+the equality tests use (all dimensions distinct, so a missing transpose cannot pass), where each size of
+its config can be read in the canonical weights (`weight_sizes`, `sizes_from_weights`), and the
+tolerance the equality policy grants it, with the reason for any override.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -58,7 +60,11 @@ class ModelSpec:
         zero_gradient_weights: weights whose gradient is zero in exact arithmetic (a bias added to every
             attention score alike: the softmax cancels it). In float32 each stack's rounding noise is
             their whole gradient, and Adam turns noise into steps of about `lr`, so after training these
-            agree only in float64; float32 compares them to `lr * steps` (see shared.training).
+            agree only in float64; float32 compares them to `lr * steps` (see shared.training). A model
+            built without one (an option that drops the bias) has none: `zero_gradient_keys` skips it.
+        weight_sizes: every config key that is a weight dimension -> (canonical weight key, axis) where
+            that size can be read in the canonical weights (`sizes_from_weights`); every int config key
+            but those of `NOT_WEIGHT_SIZES` is one.
     """
 
     name: str
@@ -81,6 +87,12 @@ class ModelSpec:
     dropout: str = "the model has no dropout"
     notes: str = ""
     zero_gradient_weights: tuple[str, ...] = ()
+    weight_sizes: dict[str, tuple[str, int]] = field(default_factory=dict)
+
+    def zero_gradient_keys(self, weight_keys: Iterable[str]) -> tuple[str, ...]:
+        """The `zero_gradient_weights` a model holding `weight_keys` has (an option may drop a bias)."""
+        present = set(weight_keys)
+        return tuple(key for key in self.zero_gradient_weights if key in present)
 
     @property
     def vocab_size(self) -> int | None:
@@ -96,6 +108,12 @@ _REVERSE = {"vocab_size": 20, "embedding_dim": 64, "hidden_size": 128}
 _REVERSE_FIXTURE = {"vocab_size": 19, "embedding_dim": 7, "hidden_size": 11}
 _ATTN = {"attention_size": 128}
 _ATTN_FIXTURE = {"attention_size": 13}
+_REVERSE_SIZES = {
+    "vocab_size": ("enc_embeddings.weight", 0),
+    "embedding_dim": ("enc_embeddings.weight", 1),
+    "hidden_size": ("encoder.weight_hh_l0", 1),
+}
+_ATTN_SIZES = {"attention_size": ("v.weight", 1)}
 
 
 def _reverse(name, doc_class, factory, attention=None, notes="", **extra):
@@ -110,6 +128,7 @@ def _reverse(name, doc_class, factory, attention=None, notes="", **extra):
         config={**_REVERSE, **(_ATTN if attention else {})},
         fixture_config={**_REVERSE_FIXTURE, **(_ATTN_FIXTURE if attention else {})},
         has_attention=factory != "ReverseTaskV0",
+        weight_sizes={**_REVERSE_SIZES, **(_ATTN_SIZES if attention else {})},
         notes=notes,
         **extra,
     )
@@ -141,6 +160,12 @@ def _luong(score_fn: str) -> ModelSpec:
         },  # fmt: skip
         fixture_config={**_LUONG_FIXTURE, "score_fn": score_fn},
         zero_gradient_weights=("decoder.attention.w.bias",) if score_fn == "general" else (),
+        weight_sizes={
+            "input_dim": ("encoder.embed.weight", 0),
+            "output_dim": ("decoder.embed.weight", 0),
+            "embed_dim": ("encoder.embed.weight", 1),
+            "hidden_dim": ("encoder.lstm.weight_hh_l0", 1),
+        },
         fixture_batch={"B": 3, "S": 8, "T": 6},
         vocab_keys=("input_dim", "output_dim"),
         variable_length=True,
@@ -161,6 +186,7 @@ _ENTRIES = [
         interface="attention",
         config={"encoder_dim": 100, "decoder_dim": 50},
         fixture_config={"encoder_dim": 7, "decoder_dim": 11},
+        weight_sizes={"encoder_dim": ("W_2.weight", 1), "decoder_dim": ("W_1.weight", 1)},
         notes="unbatched as the document, also batched; v drawn from U[0, 1) as the listing's torch.rand",
     ),
     _reverse("reverse_rnn", "ReverseTaskV0", "ReverseTaskV0"),
@@ -195,29 +221,45 @@ _ENTRIES = [
         factory="build_model",
         interface="seq2seq",
         # Ben Trevett's sizes for this architecture (the document's own were lost in extraction)
+        # attention_bias: the document's fc2 has a bias; Trevett's `v = nn.Linear(dec_hid, 1, bias=False)` has none
         config={
             "src_vocab_size": 7853,
             "tgt_vocab_size": 5893,
-            "embed_dim": 256,
+            "encoder_embed_dim": 256,
+            "decoder_embed_dim": 256,
             "encoder_hidden_size": 512,
             "decoder_hidden_size": 512,
             "dropout": 0.5,
+            "attention_bias": True,
         },  # fmt: skip
+        # 14, not 9: the decoder GRU's input 2He + Ed would be 19, the target vocabulary
         fixture_config={
             "src_vocab_size": 23,
             "tgt_vocab_size": 19,
-            "embed_dim": 7,
+            "encoder_embed_dim": 7,
+            "decoder_embed_dim": 14,
             "encoder_hidden_size": 5,
             "decoder_hidden_size": 11,
             "dropout": 0.5,
+            "attention_bias": True,
         },  # fmt: skip
         fixture_batch={"B": 3, "S": 8, "T": 6},
         vocab_keys=("src_vocab_size", "tgt_vocab_size"),
         variable_length=True,
         dropout=DROPOUT_OFF,
-        zero_gradient_weights=("decoder.attention.fc2.bias",),
+        zero_gradient_weights=("decoder.attention.fc2.bias",),  # absent with attention_bias=False
+        weight_sizes={
+            "src_vocab_size": ("encoder.embed.weight", 0),
+            "tgt_vocab_size": ("decoder.embedding.weight", 0),
+            "encoder_embed_dim": ("encoder.embed.weight", 1),
+            "decoder_embed_dim": ("decoder.embedding.weight", 1),
+            "encoder_hidden_size": ("encoder.gru.weight_hh_l0", 1),
+            "decoder_hidden_size": ("decoder.gru.weight_hh_l0", 1),
+        },
         notes="listing fixes: weighted.permute assigned, predictions -> output, droppout -> dropout, the "
-        "torch.cat calls' lost first arguments restored, step t predicts target[t + 1] (outputs[0] stays zero)",
+        "torch.cat calls' lost first arguments restored, step t predicts target[t + 1] (outputs[0] stays zero); "
+        "Trevett's classes size the two embeddings apart (encoder_embed_dim, decoder_embed_dim; 256 both in "
+        "his notebook) and give the score layer v no bias (attention_bias=False)",
         **MULTI30K_SPECIALS,
     ),
     _luong("dot"),
@@ -238,6 +280,7 @@ _ENTRIES = [
             "units": 1024,
             "batch_sz": 64,
             "feed_state": False,
+            "w1_on_query": False,
         },  # fmt: skip
         fixture_config={
             "vocab_inp_size": 23,
@@ -246,13 +289,22 @@ _ENTRIES = [
             "units": 11,
             "batch_sz": 3,
             "feed_state": False,
+            "w1_on_query": False,
         },  # fmt: skip
         fixture_batch={"B": 3, "S": 8, "T": 6},
         vocab_keys=("vocab_inp_size", "vocab_tar_size"),
         variable_length=True,
         zero_gradient_weights=("decoder.attention.V.bias",),
+        weight_sizes={
+            "vocab_inp_size": ("encoder.embedding.weight", 0),
+            "vocab_tar_size": ("decoder.embedding.weight", 0),
+            "embedding_dim": ("encoder.embedding.weight", 1),
+            "units": ("encoder.gru.weight_hh_l0", 1),
+        },
         notes="Decoder.call runs the GRU without initial_state, as the listing does (feed_state=False); "
-        "feed_state=True passes the previous state as the paper intends",
+        "feed_state=True passes the previous state as the paper intends. The score is the January-2020 "
+        "revision's V(tanh(W1(values) + W2(query))); w1_on_query=True is the 2021 revision's "
+        "V(tanh(W1(query) + W2(values)))",
     ),
 ]
 
@@ -272,6 +324,19 @@ def get(name: str) -> ModelSpec:
 def built() -> list[str]:
     """Names of the models implemented in both stacks, in catalogue order."""
     return [name for name, spec in CATALOGUE.items() if spec.built]
+
+
+# Int config keys that are no weight dimension: sizes_from_weights cannot and need not read them.
+NOT_WEIGHT_SIZES = {
+    "n_layers": "a count of layers (how many weight_ih_l{i} there are), not a dimension",
+    "batch_sz": "document 004's batch size (the encoder's initial state), no weight has it",
+}
+
+
+def sizes_from_weights(spec: ModelSpec, shapes: Mapping[str, tuple]) -> dict[str, int]:
+    """The config sizes of `spec` readable from canonical weight `shapes` (key -> shape), by its
+    `weight_sizes` table; a size whose weight is absent from `shapes` is left out."""
+    return {key: int(tuple(shapes[weight])[axis]) for key, (weight, axis) in spec.weight_sizes.items() if weight in shapes}
 
 
 DTYPES = ("float32", "float64")

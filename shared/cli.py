@@ -320,25 +320,40 @@ def _report(args) -> int:
 def _port(args) -> int:
     from shared import porting
 
-    catalogue.get(args.model)  # an unknown name fails first, listing the known ones
     report = porting.port(args.source, args.destination, args.model, to=args.to, force=args.force,
                           overrides=_key_values(args.set, "--set"), inputs=args.inputs, dtype=args.dtype,
-                          with_optimizer=args.with_optimizer)  # fmt: skip
-    print(porting.render(report, args.dtype))
+                          with_optimizer=args.with_optimizer, source_format=args.source_format, key_map=args.key_map,
+                          reference=args.reference)  # fmt: skip
+    print(porting.render(report))
     return 0 if report.ok else 1
 
 
 def _add_port(commands) -> None:
+    from shared.layouts import describe_presets
     from shared.porting import FORMATS
 
-    port = commands.add_parser("port", help="port trained weights between torch and Keras files, verified component by component")
-    port.add_argument("source", help="a .pt state_dict or checkpoint, a canonical .safetensors, Keras .weights.h5 or .keras")
-    port.add_argument("destination", help="the file to write (its name gives the format)")
-    port.add_argument("--model", required=True, help="catalogue name (rosetta models)")
-    port.add_argument("--to", choices=list(FORMATS), help="the destination's format, whatever its name")
+    formats = ", ".join(FORMATS)
+    port = commands.add_parser(
+        "port",
+        help="port trained weights between torch and Keras files, verified component by component",
+        description="Port a checkpoint between PyTorch and Keras/TensorFlow, verified in float64 component by component "
+        "(and against your own model where it can run). Nothing is written unless it verifies.",
+        epilog=f"formats: {formats}\npresets (--from/--to; each names its model):\n{describe_presets()}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    port.add_argument(
+        "source", help="a .pt, .safetensors, .weights.h5, .keras file, a TF checkpoint; or parts PART=PATH,PART=PATH"
+    )
+    port.add_argument("destination", help="the file to write (its name gives the format, else --to)")
+    port.add_argument("--model", help="catalogue name (rosetta models); a preset names its own")
+    port.add_argument("--from", dest="source_format", metavar="FORMAT|PRESET", help="the source's format or layout preset")
+    port.add_argument("--to", metavar="FORMAT|PRESET", help="the destination's format or layout preset, whatever its name")
+    port.add_argument("--key-map", help="a JSON key map for the source's own layout (see shared/layouts.py)")
+    port.add_argument("--reference", metavar="MODULE:CALLABLE", help="your model: CALLABLE(path) returns it loaded, "
+                      "or a function batch -> logits; the port is verified against it")  # fmt: skip
     port.add_argument("--set", action="append", metavar="KEY=VALUE", help="config where it differs from the document")
     port.add_argument("--inputs", help="also verify on this .npz batch (src, src_len, tgt_in)")
-    port.add_argument("--dtype", choices=list(catalogue.DTYPES), default="float32")
+    port.add_argument("--dtype", choices=list(catalogue.DTYPES), help="the precision of the written file (default: the source's)")
     port.add_argument("--force", action="store_true", help="replace an existing destination")
     port.add_argument("--with-optimizer", action="store_true", help="port Adam's moments and step counter too")
     port.set_defaults(func=_port)

@@ -1,9 +1,10 @@
 """Document 002 (seq2seq with attention on Multi30k, after Ben Trevett's tutorial) in Keras: `Encoder`,
 `Attention`, `Decoder`, `Seq2Seq`, mirroring torch_impl/bahdanau_bigru.py.
 
-Legend: B batch, S source length, T target length, E embed_dim, He encoder_hidden_size,
-Hd decoder_hidden_size, V vocabulary. Batch-first inside; `Seq2Seq.call` keeps the document's
-time-major signature. Listing defects fixed where they sit (each marked "fix:").
+Legend: B batch, S source length, T target length, Ee encoder_embed_dim, Ed decoder_embed_dim (the
+document has one embed_dim; Trevett's notebook two), He encoder_hidden_size, Hd decoder_hidden_size,
+V vocabulary. Batch-first inside; `Seq2Seq.call` keeps the document's time-major signature. Listing
+defects fixed where they sit (each marked "fix:").
 """
 
 from __future__ import annotations
@@ -17,7 +18,10 @@ from tf_impl.seq2seq import Seq2SeqBase, masked_softmax, run_rnn
 
 
 class Encoder(keras.layers.Layer):
-    """Document 002, `Encoder`: embedding, dropout, bidirectional GRU, `fc` from both final states to Hd, tanh."""
+    """Document 002, `Encoder`: embedding, dropout, bidirectional GRU, `fc` from both final states to Hd, tanh.
+
+    `embed_dim` is the encoder's embedding size, Ee (the catalogue's `encoder_embed_dim`).
+    """
 
     def __init__(
         self, vocab_size: int, embed_dim: int, encoder_hidden_size: int, decoder_hidden_size: int, dropout: float, **kwargs
@@ -31,7 +35,7 @@ class Encoder(keras.layers.Layer):
 
     def call(self, x, lengths=None, training=False):
         """`x (B, S)` -> outputs `(B, S, 2He)` (zero at pads), hidden `(B, Hd)`."""
-        embedding = tap(SOURCE_EMBEDDINGS, self.dropout(self.embed(x), training=training))  # [B, S, E]
+        embedding = tap(SOURCE_EMBEDDINGS, self.dropout(self.embed(x), training=training))  # [B, S, Ee]
         outputs, forward_state, backward_state = run_rnn(
             self.gru, embedding, lengths, training=training
         )  # [B, S, 2He], [B, He] x 2
@@ -46,13 +50,15 @@ class Attention(keras.layers.Layer):
     `fc1 [s; h_i]` = `fc1[:, :Hd] s + (fc1[:, Hd:] h_i + b)`: ours computes the encoder's share once
     (`keys`); given no keys, `call` repeats and concatenates at every step as the listing. A Keras
     kernel is `(in, out)`: torch's column blocks `fc1[:, :Hd]`, `fc1[:, Hd:]` are `kernel[:Hd]`, `kernel[Hd:]`.
+    `bias=False` builds `fc2` without its bias (`use_bias=False`), as Trevett's `v = nn.Linear(dec_hid_dim,
+    1, bias=False)` (the bias adds the same to every score: the softmax cancels it).
     """
 
-    def __init__(self, encoder_hidden_size: int, decoder_hidden_size: int, **kwargs):
+    def __init__(self, encoder_hidden_size: int, decoder_hidden_size: int, bias: bool = True, **kwargs):
         super().__init__(**kwargs)
         self.decoder_hidden_size = decoder_hidden_size
         self.fc1 = keras.layers.Dense(decoder_hidden_size, name="fc1", dtype=self.dtype_policy)
-        self.fc2 = keras.layers.Dense(1, name="fc2", dtype=self.dtype_policy)
+        self.fc2 = keras.layers.Dense(1, use_bias=bias, name="fc2", dtype=self.dtype_policy)
 
     def keys(self, encoder_outputs):
         """`fc1[:, Hd:] h_i + b` for every source step: `(B, S, 2He)` -> `(B, S, Hd)`."""
@@ -77,18 +83,21 @@ class Attention(keras.layers.Layer):
 
 
 class Decoder(keras.layers.Layer):
-    """Document 002, `Decoder`: GRU over [embedding; weighted], `fc` over [output; weighted; embedding]."""
+    """Document 002, `Decoder`: GRU over [embedding; weighted], `fc` over [output; weighted; embedding].
 
-    def __init__(
-        self, vocab_size: int, embed_dim: int, encoder_hidden_size: int, decoder_hidden_size: int, dropout: float, **kwargs
-    ):
+    `embed_dim` is the decoder's embedding size, Ed (the catalogue's `decoder_embed_dim`);
+    `attention_bias` is the bias of the attention's `fc2`.
+    """
+
+    def __init__(self, vocab_size: int, embed_dim: int, encoder_hidden_size: int, decoder_hidden_size: int, dropout: float,
+                 attention_bias: bool = True, **kwargs):  # fmt: skip
         super().__init__(**kwargs)
         dtype = self.dtype_policy
         self.vocab_size = vocab_size
         self.dropout = keras.layers.Dropout(dropout, name="dropout", dtype=dtype)
         self.embedding = keras.layers.Embedding(vocab_size, embed_dim, name="embedding", dtype=dtype)
         self.gru = torch_gru(decoder_hidden_size, "gru", dtype)
-        self.attention = Attention(encoder_hidden_size, decoder_hidden_size, name="attention", dtype=dtype)
+        self.attention = Attention(encoder_hidden_size, decoder_hidden_size, attention_bias, name="attention", dtype=dtype)
         self.fc = keras.layers.Dense(vocab_size, name="fc", dtype=dtype)
 
     def call(self, x, hidden, encoder_outputs, mask=None, training=False):
@@ -97,13 +106,13 @@ class Decoder(keras.layers.Layer):
         return self.fc(fc_in), hidden
 
     def features(self, x, hidden, encoder_outputs, mask=None, keys=None, training=False):
-        """`x (B,)`, `hidden (B, Hd)` -> the input of `fc` `(B, Hd + 2He + E)`, hidden `(B, Hd)`, attention `(B, S)`."""
-        embedding = tap(TARGET_EMBEDDINGS, self.dropout(self.embedding(x), training=training))  # [B, E]
+        """`x (B,)`, `hidden (B, Hd)` -> the input of `fc` `(B, Hd + 2He + Ed)`, hidden `(B, Hd)`, attention `(B, S)`."""
+        embedding = tap(TARGET_EMBEDDINGS, self.dropout(self.embedding(x), training=training))  # [B, Ed]
         weighted, attention = self.attention(hidden, encoder_outputs, mask, keys)  # [B, 2He], [B, S]
-        weighted_concat = ops.expand_dims(ops.concatenate((embedding, weighted), axis=1), 1)  # [B, 1, E + 2He]
+        weighted_concat = ops.expand_dims(ops.concatenate((embedding, weighted), axis=1), 1)  # [B, 1, Ed + 2He]
         output, hidden = self.gru(weighted_concat, initial_state=hidden)  # [B, 1, Hd], [B, Hd]
         output = ops.squeeze(output, 1)  # [B, Hd]
-        return ops.concatenate((output, weighted, embedding), axis=1), hidden, attention  # [B, Hd + 2He + E]
+        return ops.concatenate((output, weighted, embedding), axis=1), hidden, attention  # [B, Hd + 2He + Ed]
 
 
 class Seq2Seq(Seq2SeqBase):
@@ -125,9 +134,11 @@ class Seq2Seq(Seq2SeqBase):
         return self.decoder.fc(features)  # [..., V]
 
 
-def build_model(src_vocab_size: int, tgt_vocab_size: int, embed_dim: int, encoder_hidden_size: int,
-                decoder_hidden_size: int, dropout: float, dtype=None) -> Seq2Seq:  # fmt: skip
+def build_model(src_vocab_size: int, tgt_vocab_size: int, encoder_embed_dim: int, decoder_embed_dim: int,
+                encoder_hidden_size: int, decoder_hidden_size: int, dropout: float, attention_bias: bool = True,
+                dtype=None) -> Seq2Seq:  # fmt: skip
     """The catalogue's `bahdanau_bigru`: `Seq2Seq(Encoder(...), Decoder(...))` as the document wires it."""
-    encoder = Encoder(src_vocab_size, embed_dim, encoder_hidden_size, decoder_hidden_size, dropout, name="encoder", dtype=dtype)
-    decoder = Decoder(tgt_vocab_size, embed_dim, encoder_hidden_size, decoder_hidden_size, dropout, name="decoder", dtype=dtype)
+    sizes = (encoder_hidden_size, decoder_hidden_size, dropout)
+    encoder = Encoder(src_vocab_size, encoder_embed_dim, *sizes, name="encoder", dtype=dtype)
+    decoder = Decoder(tgt_vocab_size, decoder_embed_dim, *sizes, attention_bias, name="decoder", dtype=dtype)
     return Seq2Seq(encoder, decoder, dtype=dtype)

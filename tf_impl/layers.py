@@ -122,6 +122,12 @@ class TorchLSTM(keras.layers.Layer):
     def get_config(self):
         return {**super().get_config(), "units": self.units, "num_layers": self.num_layers, "dropout": self.dropout}
 
+    def _trackable_children(self, save_type="checkpoint", **kwargs):
+        # TensorFlow's object graph does not see layers kept in a Keras list: name them, or a
+        # tf.train.Checkpoint of the model silently leaves the stack out (Keras's own files are unchanged)
+        children = super()._trackable_children(save_type, **kwargs)
+        return {**children, **{layer.name: layer for layer in self.stack}}
+
 
 def torch_rnn(units: int, name: str, dtype=None) -> keras.layers.RNN:
     """A batch-first Keras RNN layer over `TorchRNNCell` returning (sequence, final state), like nn.RNN."""

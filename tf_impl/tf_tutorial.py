@@ -3,6 +3,10 @@
 loop as a model; mirrored by torch_impl/tf_tutorial.py.
 
 Legend: B batch, S source length, E embedding_dim, H units (enc_units = dec_units), V vocabulary.
+
+The tutorial's score changed between revisions: January 2020 `V(tanh(W1(values) + W2(query)))` (the
+default), 2021 `V(tanh(W1(query) + W2(values)))` (`w1_on_query=True`). Same function, but a checkpoint
+of one revision holds W1 and W2 swapped for the other.
 """
 
 from __future__ import annotations
@@ -18,23 +22,38 @@ class BahdanauAttention(keras.layers.Layer):
     """Document 004, `BahdanauAttention(units)`: `score = V(tanh(W1(values) + W2(query)))`, softmax on axis 1.
 
     `query_dim` and `values_dim` mirror the torch class (which needs input sizes); Keras infers them.
+    `w1_on_query=True`: the 2021 revision's `V(tanh(W1(query) + W2(values)))`.
     """
 
-    def __init__(self, units: int, query_dim: int | None = None, values_dim: int | None = None, **kwargs):
+    def __init__(
+        self, units: int, query_dim: int | None = None, values_dim: int | None = None, w1_on_query: bool = False, **kwargs
+    ):
         super().__init__(**kwargs)
+        self.w1_on_query = w1_on_query
         self.W1 = keras.layers.Dense(units, name="W1", dtype=self.dtype_policy)
         self.W2 = keras.layers.Dense(units, name="W2", dtype=self.dtype_policy)
         self.V = keras.layers.Dense(1, name="V", dtype=self.dtype_policy)
 
+    @property
+    def query_layer(self) -> keras.layers.Dense:
+        """The layer applied to the query: W2 (January 2020), W1 (2021, `w1_on_query`)."""
+        return self.W1 if self.w1_on_query else self.W2
+
+    @property
+    def values_layer(self) -> keras.layers.Dense:
+        """The layer applied to the values: W1 (January 2020), W2 (2021, `w1_on_query`)."""
+        return self.W2 if self.w1_on_query else self.W1
+
     def keys(self, values):
-        """Ours: `W1(values)` once per sequence instead of once per step: `(B, S, H)`."""
-        return self.W1(values)
+        """Ours: the values' share (`W1(values)`, `W2(values)` with w1_on_query) once per sequence instead of
+        once per step: `(B, S, H)`."""
+        return self.values_layer(values)
 
     def call(self, query, values, mask=None, keys=None):
         """`query (B, H)`, `values (B, S, H)` -> context `(B, H)`, attention_weights `(B, S, 1)`."""
         hidden_with_time_axis = ops.expand_dims(query, 1)  # [B, 1, H]
-        values_share = self.W1(values) if keys is None else keys  # [B, S, H]; the listing: at every step
-        score = self.V(ops.tanh(values_share + self.W2(hidden_with_time_axis)))  # [B, S, 1]
+        values_share = self.values_layer(values) if keys is None else keys  # [B, S, H]; the listing: at every step
+        score = self.V(ops.tanh(values_share + self.query_layer(hidden_with_time_axis)))  # [B, S, 1]
         attention_weights = ops.expand_dims(masked_softmax(ops.squeeze(score, 2), mask), 2)  # [B, S, 1]
         context_vector = tap(CONTEXT_VECTORS, ops.sum(attention_weights * values, axis=1))  # [B, H]
         return context_vector, attention_weights
@@ -80,10 +99,12 @@ class Decoder(keras.layers.Layer):
 
     The listing calls `self.gru(x)` without `initial_state`: the GRU restarts from zeros at every step
     and the previous state reaches it only as the attention query. That is kept as the default;
-    `feed_state=True` passes the previous state as the paper intends.
+    `feed_state=True` passes the previous state as the paper intends. `w1_on_query` picks the
+    attention's revision (`BahdanauAttention`).
     """
 
-    def __init__(self, vocab_size: int, embedding_dim: int, dec_units: int, batch_sz: int, feed_state: bool = False, **kwargs):
+    def __init__(self, vocab_size: int, embedding_dim: int, dec_units: int, batch_sz: int, feed_state: bool = False,
+                 w1_on_query: bool = False, **kwargs):  # fmt: skip
         super().__init__(**kwargs)
         self.batch_sz = batch_sz
         self.dec_units = dec_units
@@ -91,7 +112,7 @@ class Decoder(keras.layers.Layer):
         self.embedding = keras.layers.Embedding(vocab_size, embedding_dim, name="embedding", dtype=self.dtype_policy)
         self.gru = _gru(dec_units, self.dtype_policy)
         self.fc = keras.layers.Dense(vocab_size, name="fc", dtype=self.dtype_policy)
-        self.attention = BahdanauAttention(self.dec_units, name="attention", dtype=self.dtype_policy)
+        self.attention = BahdanauAttention(self.dec_units, w1_on_query=w1_on_query, name="attention", dtype=self.dtype_policy)
 
     def call(self, x, hidden, enc_output, mask=None):
         """`x (B, 1)`, `hidden (B, H)`, `enc_output (B, S, H)` -> logits `(B, V)`, state `(B, H)`, weights `(B, S, 1)`."""
@@ -129,8 +150,8 @@ class Seq2Seq(Seq2SeqBase):
 
 
 def build_model(vocab_inp_size: int, vocab_tar_size: int, embedding_dim: int, units: int, batch_sz: int,
-                feed_state: bool, dtype=None) -> Seq2Seq:  # fmt: skip
+                feed_state: bool, w1_on_query: bool = False, dtype=None) -> Seq2Seq:  # fmt: skip
     """The catalogue's `tf_tutorial`: the tutorial's `Encoder` and `Decoder` joined by `Seq2Seq`."""
     encoder = Encoder(vocab_inp_size, embedding_dim, units, batch_sz, name="encoder", dtype=dtype)
-    decoder = Decoder(vocab_tar_size, embedding_dim, units, batch_sz, feed_state, name="decoder", dtype=dtype)
+    decoder = Decoder(vocab_tar_size, embedding_dim, units, batch_sz, feed_state, w1_on_query, name="decoder", dtype=dtype)
     return Seq2Seq(encoder, decoder, dtype=dtype)

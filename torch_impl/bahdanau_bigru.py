@@ -1,9 +1,10 @@
 """Document 002 (seq2seq with attention on Multi30k, after Ben Trevett's tutorial): `Encoder`,
 `Attention`, `Decoder`, `Seq2Seq`.
 
-Legend: B batch, S source length, T target length, E embed_dim, He encoder_hidden_size,
-Hd decoder_hidden_size, V vocabulary. Batch-first inside; `Seq2Seq.forward` keeps the document's
-time-major signature. Listing defects fixed where they sit (each marked "fix:").
+Legend: B batch, S source length, T target length, Ee encoder_embed_dim, Ed decoder_embed_dim (the
+document has one embed_dim; Trevett's notebook two), He encoder_hidden_size, Hd decoder_hidden_size,
+V vocabulary. Batch-first inside; `Seq2Seq.forward` keeps the document's time-major signature. Listing
+defects fixed where they sit (each marked "fix:").
 """
 
 from __future__ import annotations
@@ -17,7 +18,10 @@ from torch_impl.seq2seq import Seq2SeqBase, masked_softmax, run_rnn
 
 
 class Encoder(nn.Module):
-    """Document 002, `Encoder`: embedding, dropout, bidirectional GRU, `fc` from both final states to Hd, tanh."""
+    """Document 002, `Encoder`: embedding, dropout, bidirectional GRU, `fc` from both final states to Hd, tanh.
+
+    `embed_dim` is the encoder's embedding size, Ee (the catalogue's `encoder_embed_dim`).
+    """
 
     def __init__(self, vocab_size: int, embed_dim: int, encoder_hidden_size: int, decoder_hidden_size: int, dropout: float):
         super().__init__()
@@ -28,7 +32,7 @@ class Encoder(nn.Module):
 
     def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None):
         """`x [B, S]` -> outputs `[B, S, 2He]` (zero at pads), hidden `[B, Hd]`."""
-        embedding = tap(SOURCE_EMBEDDINGS, self.dropout(self.embed(x)))  # [B, S, E]
+        embedding = tap(SOURCE_EMBEDDINGS, self.dropout(self.embed(x)))  # [B, S, Ee]
         outputs, hidden = run_rnn(self.gru, embedding, lengths)  # [B, S, 2He], [2, B, He]
         # hidden[-1] is the backward pass's final state, i.e. at time 0, not at the end (outputs[:, -1])
         concat_hidden = torch.cat((hidden[-1], hidden[-2]), dim=1)  # fix: torch.cat lost its first argument
@@ -40,13 +44,15 @@ class Attention(nn.Module):
 
     `fc1 [s; h_i]` = `fc1[:, :Hd] s + (fc1[:, Hd:] h_i + b)`: ours computes the encoder's share once
     (`keys`); given no keys, `forward` repeats and concatenates at every step as the listing.
+    `bias=False` builds `fc2` without its bias, as Trevett's `v = nn.Linear(dec_hid_dim, 1, bias=False)`
+    (the bias adds the same to every score: the softmax cancels it).
     """
 
-    def __init__(self, encoder_hidden_size: int, decoder_hidden_size: int):
+    def __init__(self, encoder_hidden_size: int, decoder_hidden_size: int, bias: bool = True):
         super().__init__()
         self.decoder_hidden_size = decoder_hidden_size
         self.fc1 = nn.Linear(encoder_hidden_size * 2 + decoder_hidden_size, decoder_hidden_size)
-        self.fc2 = nn.Linear(decoder_hidden_size, 1)
+        self.fc2 = nn.Linear(decoder_hidden_size, 1, bias=bias)
 
     def keys(self, encoder_outputs: torch.Tensor) -> torch.Tensor:
         """`fc1[:, Hd:] h_i + b` for every source step: `[B, S, 2He]` -> `[B, S, Hd]`."""
@@ -70,15 +76,20 @@ class Attention(nn.Module):
 
 
 class Decoder(nn.Module):
-    """Document 002, `Decoder`: GRU over [embedding; weighted], `fc` over [output; weighted; embedding]."""
+    """Document 002, `Decoder`: GRU over [embedding; weighted], `fc` over [output; weighted; embedding].
 
-    def __init__(self, vocab_size: int, embed_dim: int, encoder_hidden_size: int, decoder_hidden_size: int, dropout: float):
+    `embed_dim` is the decoder's embedding size, Ed (the catalogue's `decoder_embed_dim`);
+    `attention_bias` is the bias of the attention's `fc2`.
+    """
+
+    def __init__(self, vocab_size: int, embed_dim: int, encoder_hidden_size: int, decoder_hidden_size: int, dropout: float,
+                 attention_bias: bool = True):  # fmt: skip
         super().__init__()
         self.vocab_size = vocab_size
         self.dropout = nn.Dropout(dropout)  # fix: the listing's `droppout`
         self.embedding = nn.Embedding(vocab_size, embed_dim)
         self.gru = nn.GRU(encoder_hidden_size * 2 + embed_dim, decoder_hidden_size, batch_first=True)
-        self.attention = Attention(encoder_hidden_size, decoder_hidden_size)
+        self.attention = Attention(encoder_hidden_size, decoder_hidden_size, attention_bias)
         self.fc = nn.Linear(encoder_hidden_size * 2 + decoder_hidden_size + embed_dim, vocab_size)
 
     def forward(self, x, hidden, encoder_outputs, mask=None):
@@ -87,10 +98,10 @@ class Decoder(nn.Module):
         return self.fc(fc_in), hidden
 
     def features(self, x: torch.Tensor, hidden: torch.Tensor, encoder_outputs: torch.Tensor, mask=None, keys=None):
-        """`x [B]`, `hidden [B, Hd]` -> the input of `fc` `[B, Hd + 2He + E]`, hidden `[B, Hd]`, attention `[B, S]`."""
-        embedding = tap(TARGET_EMBEDDINGS, self.dropout(self.embedding(x)))  # [B, E]
+        """`x [B]`, `hidden [B, Hd]` -> the input of `fc` `[B, Hd + 2He + Ed]`, hidden `[B, Hd]`, attention `[B, S]`."""
+        embedding = tap(TARGET_EMBEDDINGS, self.dropout(self.embedding(x)))  # [B, Ed]
         weighted, attention = self.attention(hidden, encoder_outputs, mask, keys)  # [B, 2He], [B, S]
-        weighted_concat = torch.cat((embedding, weighted), dim=1).unsqueeze(1)  # fix: first argument; [B, 1, E + 2He]
+        weighted_concat = torch.cat((embedding, weighted), dim=1).unsqueeze(1)  # fix: first argument; [B, 1, Ed + 2He]
         output, hidden = self.gru(weighted_concat, hidden.unsqueeze(0))  # [B, 1, Hd], [1, B, Hd]
         output, hidden = output.squeeze(1), hidden.squeeze(0)  # [B, Hd], [B, Hd]
         return torch.cat((output, weighted, embedding), dim=1), hidden, attention  # fix: first argument
@@ -115,9 +126,10 @@ class Seq2Seq(Seq2SeqBase):
         return self.decoder.fc(features)  # [..., V]; fix: the listing returned an undefined `predictions`
 
 
-def build_model(src_vocab_size: int, tgt_vocab_size: int, embed_dim: int, encoder_hidden_size: int,
-                decoder_hidden_size: int, dropout: float) -> Seq2Seq:  # fmt: skip
+def build_model(src_vocab_size: int, tgt_vocab_size: int, encoder_embed_dim: int, decoder_embed_dim: int,
+                encoder_hidden_size: int, decoder_hidden_size: int, dropout: float,
+                attention_bias: bool = True) -> Seq2Seq:  # fmt: skip
     """The catalogue's `bahdanau_bigru`: `Seq2Seq(Encoder(...), Decoder(...))` as the document wires it."""
-    encoder = Encoder(src_vocab_size, embed_dim, encoder_hidden_size, decoder_hidden_size, dropout)
-    decoder = Decoder(tgt_vocab_size, embed_dim, encoder_hidden_size, decoder_hidden_size, dropout)
+    encoder = Encoder(src_vocab_size, encoder_embed_dim, encoder_hidden_size, decoder_hidden_size, dropout)
+    decoder = Decoder(tgt_vocab_size, decoder_embed_dim, encoder_hidden_size, decoder_hidden_size, dropout, attention_bias)
     return Seq2Seq(encoder, decoder)

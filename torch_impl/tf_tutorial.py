@@ -5,6 +5,10 @@ train/translate loop as a module.
 Legend: B batch, S source length, E embedding_dim, H units (enc_units = dec_units), V vocabulary.
 Batch-first, as the tutorial. Keras infers input sizes; torch needs them, so `BahdanauAttention` takes
 `query_dim` and `values_dim` (default: `units`, as the tutorial's equal sizes give).
+
+The tutorial's score changed between revisions: January 2020 `V(tanh(W1(values) + W2(query)))` (the
+default), 2021 `V(tanh(W1(query) + W2(values)))` (`w1_on_query=True`). Same function, but a checkpoint
+of one revision holds W1 and W2 swapped for the other.
 """
 
 from __future__ import annotations
@@ -17,23 +21,40 @@ from torch_impl.seq2seq import Seq2SeqBase, masked_softmax, run_rnn
 
 
 class BahdanauAttention(nn.Module):
-    """Document 004, `BahdanauAttention(units)`: `score = V(tanh(W1(values) + W2(query)))`, softmax on axis 1."""
+    """Document 004, `BahdanauAttention(units)`: `score = V(tanh(W1(values) + W2(query)))`, softmax on axis 1.
 
-    def __init__(self, units: int, query_dim: int | None = None, values_dim: int | None = None):
+    `w1_on_query=True`: the 2021 revision's `V(tanh(W1(query) + W2(values)))`; W1 then takes `query_dim`
+    inputs and W2 `values_dim`.
+    """
+
+    def __init__(self, units: int, query_dim: int | None = None, values_dim: int | None = None, w1_on_query: bool = False):
         super().__init__()
-        self.W1 = nn.Linear(values_dim or units, units)
-        self.W2 = nn.Linear(query_dim or units, units)
+        query_dim, values_dim = query_dim or units, values_dim or units
+        self.w1_on_query = w1_on_query
+        self.W1 = nn.Linear(query_dim if w1_on_query else values_dim, units)
+        self.W2 = nn.Linear(values_dim if w1_on_query else query_dim, units)
         self.V = nn.Linear(units, 1)
 
+    @property
+    def query_layer(self) -> nn.Linear:
+        """The layer applied to the query: W2 (January 2020), W1 (2021, `w1_on_query`)."""
+        return self.W1 if self.w1_on_query else self.W2
+
+    @property
+    def values_layer(self) -> nn.Linear:
+        """The layer applied to the values: W1 (January 2020), W2 (2021, `w1_on_query`)."""
+        return self.W2 if self.w1_on_query else self.W1
+
     def keys(self, values: torch.Tensor) -> torch.Tensor:
-        """Ours: `W1(values)` once per sequence instead of once per step: `[B, S, H]`."""
-        return self.W1(values)
+        """Ours: the values' share (`W1(values)`, `W2(values)` with w1_on_query) once per sequence instead of
+        once per step: `[B, S, H]`."""
+        return self.values_layer(values)
 
     def forward(self, query: torch.Tensor, values: torch.Tensor, mask=None, keys=None):
         """`query [B, H]`, `values [B, S, H]` -> context `[B, H]`, attention_weights `[B, S, 1]`."""
         hidden_with_time_axis = query.unsqueeze(1)  # [B, 1, H]
-        values_share = self.W1(values) if keys is None else keys  # [B, S, H]; the listing: at every step
-        score = self.V(torch.tanh(values_share + self.W2(hidden_with_time_axis)))  # [B, S, 1]
+        values_share = self.values_layer(values) if keys is None else keys  # [B, S, H]; the listing: at every step
+        score = self.V(torch.tanh(values_share + self.query_layer(hidden_with_time_axis)))  # [B, S, 1]
         attention_weights = masked_softmax(score.squeeze(2), mask).unsqueeze(2)  # [B, S, 1]
         context_vector = tap(CONTEXT_VECTORS, torch.sum(attention_weights * values, dim=1))  # [B, H]
         return context_vector, attention_weights
@@ -66,10 +87,12 @@ class Decoder(nn.Module):
 
     The listing calls `self.gru(x)` without `initial_state`: the GRU restarts from zeros at every step
     and the previous state reaches it only as the attention query. That is kept as the default;
-    `feed_state=True` passes the previous state as the paper intends.
+    `feed_state=True` passes the previous state as the paper intends. `w1_on_query` picks the
+    attention's revision (`BahdanauAttention`).
     """
 
-    def __init__(self, vocab_size: int, embedding_dim: int, dec_units: int, batch_sz: int, feed_state: bool = False):
+    def __init__(self, vocab_size: int, embedding_dim: int, dec_units: int, batch_sz: int, feed_state: bool = False,
+                 w1_on_query: bool = False):  # fmt: skip
         super().__init__()
         self.batch_sz = batch_sz
         self.dec_units = dec_units
@@ -77,7 +100,7 @@ class Decoder(nn.Module):
         self.embedding = nn.Embedding(vocab_size, embedding_dim)
         self.gru = nn.GRU(embedding_dim + dec_units, dec_units, batch_first=True)  # input: [context; embedding]
         self.fc = nn.Linear(dec_units, vocab_size)
-        self.attention = BahdanauAttention(self.dec_units)
+        self.attention = BahdanauAttention(self.dec_units, w1_on_query=w1_on_query)
 
     def forward(self, x: torch.Tensor, hidden: torch.Tensor, enc_output: torch.Tensor, mask=None):
         """`x [B, 1]`, `hidden [B, H]`, `enc_output [B, S, H]` -> logits `[B, V]`, state `[B, H]`, weights `[B, S, 1]`."""
@@ -128,8 +151,8 @@ def keras_initializers(model: nn.Module) -> nn.Module:
 
 
 def build_model(vocab_inp_size: int, vocab_tar_size: int, embedding_dim: int, units: int, batch_sz: int,
-                feed_state: bool) -> Seq2Seq:  # fmt: skip
+                feed_state: bool, w1_on_query: bool = False) -> Seq2Seq:  # fmt: skip
     """The catalogue's `tf_tutorial`: the tutorial's `Encoder` and `Decoder` joined by `Seq2Seq`."""
     encoder = Encoder(vocab_inp_size, embedding_dim, units, batch_sz)
-    decoder = Decoder(vocab_tar_size, embedding_dim, units, batch_sz, feed_state)
+    decoder = Decoder(vocab_tar_size, embedding_dim, units, batch_sz, feed_state, w1_on_query)
     return keras_initializers(Seq2Seq(encoder, decoder))

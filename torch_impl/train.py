@@ -19,6 +19,7 @@ from shared.canonical import check_weights
 from shared.training import MOMENTS, TrainSpec, check_optimizer_state, check_torch_rule
 from shared.validation import prepare
 from torch_impl.contract import _loss, _outputs, _tensors
+from torch_impl.weights import get_weights
 
 NATIVE_SUFFIX = ".pt"
 MODES = ("eager", "compile")  # compile: torch.compile over the forward and the loss (backward through AOTAutograd)
@@ -131,23 +132,33 @@ def _check_moments(model: torch.nn.Module, state: Mapping) -> int:
 def save_native(model: torch.nn.Module, path: str | Path, optimizer_state: Mapping | None = None) -> None:
     """The model's state_dict as a `.pt` file, written atomically; with a canonical `optimizer_state`, the
     usual checkpoint `{"model": state_dict, "optimizer": torch.optim.Adam(model.parameters()).state_dict()}`."""
-    weights = {key: value.detach().cpu() for key, value in model.state_dict().items()}
+    write_arrays(path, get_weights(model), optimizer_state)
+
+
+def write_arrays(path: str | Path, weights: Mapping[str, np.ndarray], optimizer_state: Mapping | None = None) -> None:
+    """`weights` as a `.pt` state_dict in their order, written atomically; with an optimizer state keyed like
+    them, the checkpoint `{"model", "optimizer"}` that `Adam(model.parameters())` over those weights saves."""
+    tensors = {key: torch.as_tensor(np.ascontiguousarray(value)) for key, value in weights.items()}
+    saved: dict = tensors
     if optimizer_state is not None:
+        parameters = [torch.nn.Parameter(tensor.clone()) for tensor in tensors.values()]
         hyper = {key: optimizer_state[key] for key in ("lr", "betas", "eps") if optimizer_state.get(key) is not None}
-        optimizer = torch.optim.Adam(model.parameters(), **hyper)
-        load_adam_state(model, optimizer, optimizer_state)
-        weights = {"model": weights, "optimizer": optimizer.state_dict()}
+        optimizer = torch.optim.Adam(parameters, **hyper)
+        step = check_optimizer_state(optimizer_state)
+        for key, param in zip(tensors, parameters, strict=True):
+            moments = {name: torch.as_tensor(np.asarray(optimizer_state[name][key])).to(param) for name in MOMENTS}
+            optimizer.state[param] = {"step": torch.tensor(float(step)), **moments}
+        saved = {"model": tensors, "optimizer": optimizer.state_dict()}
     buffer = io.BytesIO()
-    torch.save(weights, buffer)
+    torch.save(saved, buffer)
     write_atomic(path, buffer.getvalue())
 
 
-def load_native(model: torch.nn.Module, path: str | Path, with_optimizer: bool = False) -> dict | None:
-    """Load a `.pt` state_dict, or a checkpoint `{"model", "optimizer"}`, into `model`, strictly (tensors only:
-    `weights_only=True` refuses pickled code). With `with_optimizer`, return Adam's state in canonical
-    layout (the optimizer's parameters in `model.parameters()` order, as `Adam(model.parameters())` saves)."""
-    from torch_impl.weights import set_weights
-
+def read_arrays(path: str | Path, with_optimizer: bool = False) -> tuple[dict[str, np.ndarray], dict | None]:
+    """A `.pt` state_dict, or a checkpoint `{"model", "optimizer"}`, as numpy arrays in the file's order and
+    names (tensors only: `weights_only=True` refuses pickled code); with `with_optimizer`, Adam's state keyed
+    by those names (the optimizer's parameter i is the state_dict's entry i, as `Adam(model.parameters())`
+    saves for a model without buffers)."""
     try:
         loaded = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # torch raises UnpicklingError, RuntimeError, EOFError, ... for bad files
@@ -156,16 +167,44 @@ def load_native(model: torch.nn.Module, path: str | Path, with_optimizer: bool =
     weights = loaded["model"] if checkpoint else loaded
     if not isinstance(weights, dict) or not all(isinstance(value, torch.Tensor) for value in weights.values()):
         raise ValueError(f"{path}: not a torch state_dict (a dict of tensors, or a checkpoint {{'model', 'optimizer'}})")
-    set_weights(model, {key: value.numpy() for key, value in weights.items()})
+    arrays = {key: value.numpy() for key, value in weights.items()}
     if not with_optimizer:
-        return None
+        return arrays, None
     if not checkpoint:
         raise ValueError(f"{path}: holds no optimizer state (a checkpoint {{'model': ..., 'optimizer': ...}} does)")
-    optimizer = torch.optim.Adam(model.parameters())
+    return arrays, _adam_state_by_key(path, weights, loaded["optimizer"])
+
+
+def _adam_state_by_key(path, weights: Mapping[str, torch.Tensor], saved: Mapping) -> dict:
+    """A saved Adam state_dict over parameters in `weights`' order, in canonical layout keyed by their names."""
+    parameters = [torch.nn.Parameter(tensor.clone()) for tensor in weights.values()]
+    optimizer = torch.optim.Adam(parameters)
     try:
-        optimizer.load_state_dict(loaded["optimizer"])
+        optimizer.load_state_dict(saved)
     except (KeyError, ValueError, TypeError) as error:
-        raise ValueError(f"{path}: its optimizer state is not Adam's over this model's parameters ({error})") from None
-    state = adam_state(model, optimizer)
-    _check_moments(model, state)
+        count = len(parameters)
+        raise ValueError(f"{path}: its optimizer state is not Adam's over the file's {count} weights ({error})") from None
+    group, state, step = optimizer.param_groups[0], {name: {} for name in MOMENTS}, 0
+    for key, param in zip(weights, parameters, strict=True):
+        found = optimizer.state.get(param, {})
+        step = max(step, int(found.get("step", 0)))
+        for name in MOMENTS:
+            moment = found.get(name, torch.zeros_like(param)).detach()
+            if moment.shape != param.shape:
+                shapes = f"{tuple(moment.shape)}, the weight {tuple(param.shape)}"
+                raise ValueError(f"{path}: Adam's {name} of {key} has shape {shapes}")
+            state[name][key] = moment.numpy().copy()
+    hyper = {"lr": float(group["lr"]), "betas": tuple(map(float, group["betas"])), "eps": float(group["eps"])}
+    return {"step": step, **state, **hyper}
+
+
+def load_native(model: torch.nn.Module, path: str | Path, with_optimizer: bool = False) -> dict | None:
+    """Load a `.pt` state_dict, or a checkpoint `{"model", "optimizer"}`, into `model`, strictly (see
+    `read_arrays`); with `with_optimizer`, return Adam's state in canonical layout."""
+    from torch_impl.weights import set_weights
+
+    weights, state = read_arrays(path, with_optimizer)
+    set_weights(model, weights)
+    if state is not None:
+        _check_moments(model, state)
     return state

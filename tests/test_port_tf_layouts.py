@@ -1,0 +1,146 @@
+"""`rosetta port` on TensorFlow NMT tutorial checkpoints (document 004's source): the tf-nmt presets, Keras 3
+and Keras 2 (pre-Keras-3) files, separate part files, Adam's slots, and the revision read with the wrong
+preset refused against the user's own model.
+
+The checkpoints are written by the tutorial's own classes (tests/tutorials/tf_nmt_2020.py, tf_nmt_2021.py,
+transcribed from the notebook) through tests/tutorials/tf_nmt_writer.py: Keras 3 in this process, Keras 2
+(tf_keras, TF_USE_LEGACY_KERAS=1) in one subprocess per module.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import torch
+
+import torch_impl
+from shared import porting
+from shared.cli import main as rosetta
+from tests.tutorials import tf_nmt_writer as writer
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def keras3(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("keras3")
+    for revision in ("2020", "2021"):
+        writer.write(folder / f"{revision}-adam", revision, "adam")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def keras2(tmp_path_factory) -> Path:
+    """Keras 2 checkpoints (tf_keras), as TF <= 2.15 users have them: `2021-legacy_adam/` (slot variables)."""
+    if importlib.util.find_spec("tf_keras") is None:
+        pytest.skip('tf_keras cannot be imported: pip install --no-deps "tf_keras>=2.21,<2.22" (tox installs it)')
+    folder = tmp_path_factory.mktemp("keras2")
+    env = {**os.environ, "TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    command = [sys.executable, str(Path(writer.__file__)), str(folder), "2021:legacy_adam"]
+    done = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "Keras 2" in done.stdout, done.stderr[-3000:]
+    return folder
+
+
+def reference_2021(path):
+    """`--reference` as a tutorial user writes it: the 2021 notebook's models, `checkpoint.restore(...)`."""
+    encoder, decoder = writer.build(writer.load_tutorial("2021"))
+    tf.train.Checkpoint(encoder=encoder, decoder=decoder).restore(tf.train.latest_checkpoint(path)).expect_partial()
+    return encoder, decoder
+
+
+def _expected(job: Path) -> dict:
+    with np.load(job / "expected.npz") as stored:
+        return dict(stored)
+
+
+def _torch_logits(path: Path, config: dict, expected: dict) -> np.ndarray:
+    model = torch_impl.build("tf_tutorial", "float32", **config)
+    torch_impl.set_weights(model, {key: value.numpy() for key, value in torch.load(path).items()})
+    return torch_impl.run(model, "tf_tutorial", {"src": expected["src"], "tgt_in": expected["tgt_in"]})["logits"]
+
+
+@pytest.mark.parametrize(("keras", "job"), [("keras3", "2020-adam"), ("keras3", "2021-adam"), ("keras2", "2021-legacy_adam")])
+def test_a_tutorial_checkpoint_ports_each_way_and_matches_the_tutorials_model(request, tmp_path, keras, job):
+    folder = request.getfixturevalue(keras) / job
+    revision = job.split("-")[0]
+    preset = f"tf-nmt-{revision}"
+    report = porting.port(folder / "training_checkpoints", tmp_path / "nmt.pt", source_format=preset)
+    assert report.ok, porting.render(report)
+    assert report.config["w1_on_query"] is (revision == "2021") and report.inferred["units"] == writer.SIZES["units"]
+    own = report.checks[-1]
+    assert own.dtype == "float64" and preset in own.title and max(c.max_abs for c in own.components) < 1e-12
+    expected = _expected(folder)
+    ported = _torch_logits(tmp_path / "nmt.pt", report.config, expected)
+    assert np.abs(ported - expected["logits"]).max() < 1e-5  # the tutorial's own forward pass, float32
+
+    options = {"w1_on_query": revision == "2021"}  # a .pt names no options: said as --set says them
+    back = porting.port(tmp_path / "nmt.pt", tmp_path / "training_checkpoints", to=preset, overrides=options)  # and back
+    assert back.ok and preset in back.checks[-1].title, porting.render(back)
+    encoder, decoder = writer.build(writer.load_tutorial(revision))
+    status = tf.train.Checkpoint(encoder=encoder, decoder=decoder).restore(
+        tf.train.latest_checkpoint(tmp_path / "training_checkpoints")
+    )
+    status.assert_existing_objects_matched()  # the tutorial's own restore (Keras 3)
+    logits, _ = writer.logits(encoder, decoder, expected["src"], expected["tgt_in"])
+    assert np.abs(logits - expected["logits"]).max() < 1e-5
+
+
+def test_the_2021_tutorial_read_with_the_2020_preset_is_refused_against_the_users_model(keras3, tmp_path, capsys):
+    source = keras3 / "2021-adam" / "training_checkpoints"
+    argv = ["port", str(source), str(tmp_path / "nmt.pt"), "--from", "tf-nmt-2020"]
+    assert rosetta([*argv, "--reference", "tests.test_port_tf_layouts:reference_2021"]) == 1
+    out = capsys.readouterr().out
+    assert "against tests.test_port_tf_layouts:reference_2021" in out and "(float64)" in out
+    assert "not ported: attention weights, decoder step 0 differs (nothing written)" in out
+    assert not (tmp_path / "nmt.pt").exists()
+    assert rosetta([*argv[:-1], "tf-nmt-2021", "--reference", "tests.test_port_tf_layouts:reference_2021"]) == 0
+    capsys.readouterr()
+
+
+def test_a_swap_key_map_reads_the_2021_tutorial_into_the_2020_model(keras3, tmp_path):
+    """W1 and W2 trade places: the 2021 function in document 004's own config (w1_on_query=False)."""
+    swap = {"swap": ["decoder.attention.W1", "decoder.attention.W2"]}
+    key_map = {"model": "tf_tutorial", "format": "tf_checkpoint", "transforms": [swap], "runner": "tf_impl.references:run_tf_nmt"}
+    (tmp_path / "swap.json").write_text(json.dumps(key_map))
+    report = porting.port(keras3 / "2021-adam" / "training_checkpoints", tmp_path / "doc.pt", key_map=str(tmp_path / "swap.json"),
+                          reference="tests.test_port_tf_layouts:reference_2021")  # fmt: skip
+    assert report.ok and report.config["w1_on_query"] is False, porting.render(report)
+    expected = _expected(keras3 / "2021-adam")
+    assert np.abs(_torch_logits(tmp_path / "doc.pt", report.config, expected) - expected["logits"]).max() < 1e-5
+
+
+def test_part_files_port_and_a_single_part_says_what_is_missing(keras2, keras3, tmp_path, capsys):
+    parts = keras2 / "2021-legacy_adam" / "parts"
+    source = f"encoder={parts / 'enc'},decoder={parts / 'dec'}"
+    assert rosetta(["port", source, str(tmp_path / "a.pt"), "--from", "tf-nmt-2021"]) == 0
+    assert "ported." in capsys.readouterr().out
+    h5 = keras3 / "2020-adam" / "parts"
+    source = f"encoder={h5 / 'encoder.weights.h5'},decoder={h5 / 'decoder.weights.h5'}"
+    sets = [f"--set={key}={value}" for key, value in writer.SIZES.items()]  # .weights.h5 names no sizes
+    assert rosetta(["port", source, str(tmp_path / "b.pt"), "--from", "tf-nmt-2020", *sets]) == 0
+    capsys.readouterr()
+    assert rosetta(["port", str(parts / "enc"), str(tmp_path / "c.pt"), "--from", "tf-nmt-2021"]) == 2
+    err = capsys.readouterr().err
+    assert "holds the encoder of tf_tutorial" in err and "the decoder is missing: pass encoder=" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.pt", "b.pt"]
+
+
+def test_adam_slots_of_a_keras2_checkpoint_port_exactly(keras2, tmp_path):
+    source = keras2 / "2021-legacy_adam" / "training_checkpoints"
+    report = porting.port(source, tmp_path / "nmt.pt", source_format="tf-nmt-2021", with_optimizer=True)
+    assert report.ok, porting.render(report)
+    state = torch.load(tmp_path / "nmt.pt")["optimizer"]["state"]
+    expected = _expected(keras2 / "2021-legacy_adam")
+    assert all(int(entry["step"]) == int(expected["step"]) for entry in state.values())
+    embedding = torch.load(tmp_path / "nmt.pt")["model"]
+    index = list(embedding).index("encoder.embedding.weight")
+    assert np.array_equal(state[index]["exp_avg"].numpy(), expected["m/encoder/embedding/embeddings"])

@@ -1,0 +1,284 @@
+"""References for `rosetta port` in Keras: the user's Keras model in float64, a `.keras` file's own model, and
+the TensorFlow NMT tutorial's model that the tf presets port (shared.references says what a reference is).
+
+A Keras model cannot be widened in place, and `tf.train.Checkpoint.restore` does not cast: to run the user's
+model in float64, `in_float64` calls their callable again under a float64 dtype policy on a float64 copy of
+their file (same keys and object graph, values widened exactly).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from shared.references import Reference
+
+
+def in_float64(model, builder, source: str) -> tuple[object, str]:
+    """The user's model built again in float64 from a widened copy of `source`; the float32 model where that
+    does not give float64 variables (a model that fixes its own dtype, a file kind not copied here)."""
+    folder = Path(tempfile.mkdtemp(prefix="rosetta-float64-"))
+    try:
+        widened = _widened_source(source, folder)
+        if widened is None:
+            return model, "float32"
+        try:
+            with float64_policy():
+                made = builder(widened)
+        except Exception:  # their code may fix float32 somewhere (a tf.zeros state): compare in float32 then
+            return model, "float32"
+        variables = [variable for part in _parts_or_model(made) for variable in part.weights]
+        if variables and all(str(np.dtype(variable.dtype)) == "float64" for variable in variables):
+            return made, "float64"
+        return model, "float32"
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def float64_policy():
+    """Keras 3's dtype policy (and legacy tf_keras's floatx, where loaded) set to float64 inside."""
+    previous = keras.config.dtype_policy()
+    legacy = sys.modules.get("tf_keras")
+    legacy_previous = legacy.backend.floatx() if legacy else None
+    keras.config.set_dtype_policy("float64")
+    if legacy:
+        legacy.backend.set_floatx("float64")
+    try:
+        yield
+    finally:
+        keras.config.set_dtype_policy(previous)
+        if legacy:
+            legacy.backend.set_floatx(legacy_previous)
+
+
+def _widened_source(source: str, folder: Path) -> str | None:
+    """`source` (a path, or `part=path,...`) with every file copied into `folder` in float64."""
+    if "=" in source:
+        pairs = [item.partition("=") for item in source.split(",")]
+        copies = [_widened_file(Path(path), folder / part) for part, _, path in pairs]
+        if None in copies:
+            return None
+        return ",".join(f"{part}={copy}" for (part, _, _), copy in zip(pairs, copies, strict=True))
+    return _widened_file(Path(source), folder / "source")
+
+
+def _widened_file(path: Path, folder: Path) -> str | None:
+    folder.mkdir(parents=True)
+    if path.name.endswith(".weights.h5"):
+        return str(_widened_h5(path, folder / path.name))
+    prefix = _checkpoint_prefix(path)
+    if prefix is None:
+        return None
+    copy = folder / Path(prefix).name
+    reader = tf.train.load_checkpoint(prefix)
+    names = sorted(reader.get_variable_to_dtype_map())
+    tensors = [_widen(reader.get_tensor(name)) for name in names]
+    tf.raw_ops.SaveV2(prefix=str(copy), tensor_names=names, shape_and_slices=[""] * len(names), tensors=tensors)
+    if path.is_dir():  # a folder as `Checkpoint.save` leaves it: the user reads tf.train.latest_checkpoint(folder)
+        (folder / "checkpoint").write_text(f'model_checkpoint_path: "{copy.name}"\nall_model_checkpoint_paths: "{copy.name}"\n')
+        return str(folder)
+    return str(copy) + (".index" if path.name.endswith(".index") else "")
+
+
+def _checkpoint_prefix(path: Path) -> str | None:
+    if path.is_dir():
+        return tf.train.latest_checkpoint(str(path))
+    if path.name.endswith(".index"):
+        return str(path)[: -len(".index")]
+    return str(path) if Path(f"{path}.index").is_file() else None
+
+
+def _widen(value):
+    """A float array as float64; anything else (step counters, the object graph's bytes) as it is."""
+    array = np.asarray(value)
+    return array.astype(np.float64) if array.dtype.kind == "f" else value
+
+
+def _widened_h5(path: Path, copy: Path) -> Path:
+    import h5py
+
+    with h5py.File(path, "r") as source, h5py.File(copy, "w") as target:
+
+        def visit(name, item):
+            if isinstance(item, h5py.Dataset):
+                target.create_dataset(name, data=_widen(item[()]))
+            else:
+                target.require_group(name)
+
+        source.visititems(visit)
+        for key, value in source.attrs.items():
+            target.attrs[key] = value
+    return copy
+
+
+def keras_file_reference(path: Path, name: str) -> Reference:
+    """A `.keras` source's model as Keras loads it (its own config and weights), run through the contract."""
+    import tf_impl
+    from shared.verification import traced
+    from tf_impl.train import load_keras
+
+    model, _ = load_keras(path)
+    return Reference(f"the model Keras loads from {path}", "float32", lambda batch: traced(tf_impl, model, name, batch))
+
+
+# ---- TensorFlow's NMT-with-attention tutorial, the model the tf-nmt presets port ----
+
+
+class NmtEncoder(keras.Model):
+    """The tutorial's `Encoder(vocab_size, embedding_dim, enc_units, batch_sz)`: Embedding, GRU."""
+
+    def __init__(self, vocab_size: int, embedding_dim: int, enc_units: int, batch_sz: int):
+        super().__init__()
+        self.batch_sz = batch_sz
+        self.enc_units = enc_units
+        self.embedding = keras.layers.Embedding(vocab_size, embedding_dim)
+        self.gru = keras.layers.GRU(enc_units, return_sequences=True, return_state=True, recurrent_initializer="glorot_uniform")
+
+    def call(self, x, hidden):
+        x = self.embedding(x)  # [B, S, E]
+        output, state = self.gru(x, initial_state=hidden)  # [B, S, H], [B, H]
+        return output, state
+
+
+class NmtAttention(keras.layers.Layer):
+    """The tutorial's `BahdanauAttention(units)`: `V(tanh(W1(values) + W2(query)))` until February 2020,
+    `V(tanh(W1(query) + W2(values)))` after (`w1_on_query`)."""
+
+    def __init__(self, units: int, w1_on_query: bool):
+        super().__init__()
+        self.w1_on_query = w1_on_query
+        self.W1 = keras.layers.Dense(units)
+        self.W2 = keras.layers.Dense(units)
+        self.V = keras.layers.Dense(1)
+
+    def call(self, query, values):
+        query_with_time_axis = tf.expand_dims(query, 1)  # [B, 1, H]
+        if self.w1_on_query:
+            inner = self.W1(query_with_time_axis) + self.W2(values)  # [B, S, H]
+        else:
+            inner = self.W1(values) + self.W2(query_with_time_axis)  # [B, S, H]
+        attention_weights = tf.nn.softmax(self.V(tf.nn.tanh(inner)), axis=1)  # [B, S, 1]
+        context_vector = tf.reduce_sum(attention_weights * values, axis=1)  # [B, H]
+        return context_vector, attention_weights
+
+
+class NmtDecoder(keras.Model):
+    """The tutorial's `Decoder(vocab_size, embedding_dim, dec_units, batch_sz)`: attention, Embedding, GRU
+    (called without `initial_state`, as the tutorial does), Dense."""
+
+    def __init__(self, vocab_size: int, embedding_dim: int, dec_units: int, batch_sz: int, w1_on_query: bool):
+        super().__init__()
+        self.batch_sz = batch_sz
+        self.dec_units = dec_units
+        self.embedding = keras.layers.Embedding(vocab_size, embedding_dim)
+        self.gru = keras.layers.GRU(dec_units, return_sequences=True, return_state=True, recurrent_initializer="glorot_uniform")
+        self.fc = keras.layers.Dense(vocab_size)
+        self.attention = NmtAttention(dec_units, w1_on_query)
+
+    def call(self, x, hidden, enc_output):
+        context_vector, attention_weights = self.attention(hidden, enc_output)  # [B, H], [B, S, 1]
+        x = self.embedding(x)  # [B, 1, E]
+        x = tf.concat([tf.expand_dims(context_vector, 1), x], axis=-1)  # [B, 1, H + E]
+        output, state = self.gru(x)  # [B, 1, H], [B, H]
+        output = tf.reshape(output, (-1, output.shape[2]))  # [B, H]
+        return self.fc(output), state, attention_weights
+
+
+class NmtParts(keras.Model):
+    """The tutorial's `tf.train.Checkpoint(encoder=encoder, decoder=decoder)` as one object: its two parts."""
+
+    def __init__(self, encoder: NmtEncoder, decoder: NmtDecoder):
+        super().__init__()
+        self.encoder = encoder
+        self.decoder = decoder
+
+
+def _nmt(path: str, w1_on_query: bool) -> NmtParts:
+    """The tutorial's model at the sizes the checkpoint shows, its variables created by one call, then the
+    checkpoint read into it through the object graph (tf_impl.checkpoints: Keras 2 and Keras 3 files alike)."""
+    import tf_impl
+    from shared import catalogue
+    from shared.porting import source_parts
+    from tf_impl import checkpoints
+
+    source = source_parts(path) or path
+    spec = catalogue.get("tf_tutorial")
+    shapes = checkpoints.canonical_shapes(source, tf_impl.build("tf_tutorial", **spec.fixture_config))
+    sizes = catalogue.sizes_from_weights(spec, shapes) or _h5_part_sizes(source)
+    vocab_inp, vocab_tar, embedding, units = (
+        sizes[key] for key in ("vocab_inp_size", "vocab_tar_size", "embedding_dim", "units")
+    )
+    parts = NmtParts(NmtEncoder(vocab_inp, embedding, units, 1), NmtDecoder(vocab_tar, embedding, units, 1, w1_on_query))
+    run_tf_nmt(parts, {"src": np.zeros((1, 2), np.int64), "tgt_in": np.zeros((1, 1), np.int64)})
+    checkpoints.read(source, parts)
+    return parts
+
+
+def _h5_part_sizes(source) -> dict:
+    """The tutorial's sizes from its Keras 3 part files (`encoder.weights.h5`, `decoder.weights.h5`), whose
+    datasets are named by position: each Embedding's `vars/0` `(V, E)`, the encoder GRU's `vars/1` `(H, 3H)`."""
+    import h5py
+
+    if not isinstance(source, dict):
+        raise ValueError(f"{source}: no sizes readable (a TensorFlow checkpoint or the tutorial's part files)")
+    with h5py.File(source["encoder"], "r") as encoder, h5py.File(source["decoder"], "r") as decoder:
+        (vocab_inp, embedding), vocab_tar = encoder["embedding/vars/0"].shape, decoder["embedding/vars/0"].shape[0]
+        units = encoder["gru/cell/vars/1"].shape[0]
+    return {"vocab_inp_size": vocab_inp, "vocab_tar_size": vocab_tar, "embedding_dim": embedding, "units": units}
+
+
+def tf_nmt_2020(path) -> NmtParts:
+    """The 2019 to February 2020 tutorial (W1 on the values) holding the checkpoint at `path`."""
+    return _nmt(str(path), w1_on_query=False)
+
+
+def tf_nmt_2021(path) -> NmtParts:
+    """The February 2020 to May 2021 tutorial (W1 on the query) holding the checkpoint at `path`."""
+    return _nmt(str(path), w1_on_query=True)
+
+
+def _parts_or_model(made) -> list:
+    """The Keras objects a reference returned: the model, or the parts of a pair or dict."""
+    if isinstance(made, dict):
+        return list(made.values())
+    return list(made) if isinstance(made, (tuple, list)) else [made]
+
+
+def _parts_of(model) -> tuple:
+    """(encoder, decoder) from an object holding them as attributes, a dict, or a pair."""
+    if isinstance(model, dict):
+        return model["encoder"], model["decoder"]
+    if isinstance(model, (tuple, list)):
+        return tuple(model)
+    return model.encoder, model.decoder
+
+
+def run_tf_nmt(model, batch: dict) -> dict[str, np.ndarray]:
+    """The tutorial's `train_step` forward, teacher forced: the encoder from a zero state, then the decoder step
+    by step from the encoder's state, fed `tgt_in`; encoder outputs and state, attention weights, logits."""
+    from shared.references import ATTENTION_WEIGHTS, LOGITS
+    from shared.taps import ENCODER_OUTPUTS, ENCODER_STATE
+
+    encoder, decoder = _parts_of(model)
+    src, tgt_in = tf.constant(batch["src"]), tf.constant(batch["tgt_in"])
+    dtype = encoder.compute_dtype  # float64 for a reference built under a float64 policy
+    enc_output, enc_hidden = encoder(src, tf.zeros((src.shape[0], encoder.enc_units), dtype))  # [B, S, H], [B, H]
+    dec_hidden, logits, weights = enc_hidden, [], []
+    for t in range(tgt_in.shape[1]):
+        predictions, dec_hidden, attention = decoder(tgt_in[:, t : t + 1], dec_hidden, enc_output)  # [B, V], [B, H], [B, S, 1]
+        logits.append(predictions)
+        weights.append(attention[:, :, 0])
+    return {
+        ENCODER_OUTPUTS: enc_output.numpy(),
+        ENCODER_STATE: enc_hidden.numpy(),
+        ATTENTION_WEIGHTS: tf.stack(weights, 1).numpy(),  # [B, T, S]
+        LOGITS: tf.stack(logits, 1).numpy(),  # [B, T, V]
+    }
