@@ -30,13 +30,13 @@ import numpy as np
 
 from shared import catalogue, layouts, references, safetensors_io, training
 from shared.bench import Sizes, synthetic_batch
-from shared.equality import output_bounds
 from shared.layouts import KeyMap
 from shared.verification import (
     SCALED_BOUND,
     Check,
     Component,
     against_reference,
+    bounds,
     compare_optimizer_states,
     render_check,
     verify,
@@ -403,7 +403,7 @@ def _checks(models: Models, dtype: str, found: Read, back: Read, inputs) -> list
     name = models.name
     batches = [verification_batch(name, found.config)] + ([_load_inputs(inputs)] if inputs else [])
     decided = verify(name, "float64", *models.pair("float64"), batches)
-    atol, _ = output_bounds(catalogue.get(name).tolerance, "float64")
+    atol, _ = bounds(catalogue.get(name), "float64")
     check = Check("the mapping: source model vs the written file read back", "float64", SCALED_BOUND.format(atol=atol), decided)
     if dtype != "float64":
         measured = verify(name, dtype, *models.pair(dtype), batches)
