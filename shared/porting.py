@@ -132,11 +132,6 @@ def _detect(path: Path, destination: bool) -> Format:
     raise ValueError(f"{path}: cannot tell the format from the file name; name it {known}, or pass {flag}")
 
 
-def format_of(path, override: str | None = None) -> Format:
-    """The format named by `override`, else the one `path`'s name ends with."""
-    return endpoint(path, override, destination=True).format
-
-
 @dataclasses.dataclass
 class PortReport:
     source: Endpoint
@@ -255,10 +250,8 @@ def read(stack, path, fmt: Format, name: str, config: dict, dtype: str, with_opt
         model = stack.build(name, dtype, **config)
         stack.set_weights(model, weights)
         return model, state
-    model = stack.build(name, dtype, **config)
-    if fmt.name == "tf_checkpoint" or isinstance(path, dict):
-        return model, importlib.import_module("tf_impl.checkpoints").read(path, model, with_optimizer)
-    return model, importlib.import_module(f"{stack.__name__}.train").load_native(model, path, with_optimizer)
+    model = stack.build(name, dtype, **config)  # a Keras format: checked path by path, a part file named as such
+    return model, importlib.import_module("tf_impl.checkpoints").read(path, model, with_optimizer)
 
 
 def _read_keras(stack, path: Path, name: str, config: dict, with_optimizer: bool):
@@ -336,6 +329,8 @@ def port(source, destination, model: str | None = None, to: str | None = None, f
         report = PortReport(src, dst, name, config, found.inferred, len(found.weights),
                             sum(np.size(array) for array in found.weights.values()), checks)  # fmt: skip
         if report.ok:
+            if dst.path.is_dir():  # a checkpoint folder replaced with --force
+                shutil.rmtree(dst.path)
             staged.replace(dst.path)
         return report
     finally:

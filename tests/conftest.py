@@ -44,13 +44,47 @@ if not STACKS:
 if "torch" not in STACKS:
     collect_ignore.append("test_torch_documents.py")
 if len(STACKS) < 2:
-    collect_ignore += ["test_cross.py", "test_training.py", "test_porting.py"]
+    collect_ignore += ["test_cross.py", "test_training.py", "test_porting.py", "test_port_layouts.py", "test_port_tf_layouts.py"]
 
 
 @pytest.fixture(params=STACKS)
 def stack(request):
     """The contract module of one stack under test; test ids read `[torch-...]` / `[tf-...]`."""
     return STACK_MODULES[request.param]
+
+
+@pytest.fixture(scope="session")
+def keras3(tmp_path_factory):
+    """TensorFlow's NMT tutorial checkpoints written by its own classes in Keras 3, in this process
+    (tests/tutorials/tf_nmt_writer.py): `2020-adam/`, `2021-adam/`."""
+    from tests.tutorials import tf_nmt_writer as writer
+
+    folder = tmp_path_factory.mktemp("keras3")
+    for revision in ("2020", "2021"):
+        writer.write(folder / f"{revision}-adam", revision, "adam")
+    return folder
+
+
+@pytest.fixture(scope="session")
+def keras2(tmp_path_factory):
+    """The same written by Keras 2 (tf_keras, TF_USE_LEGACY_KERAS=1) in one subprocess: `2020-legacy_adam/` and
+    `2021-legacy_adam/` (the optimizer of TF <= 2.10, slot variables), `2020-adam/` (that of TF 2.11-2.15)."""
+    import subprocess
+    import sys
+    from importlib.util import find_spec
+    from pathlib import Path
+
+    from tests.tutorials import tf_nmt_writer as writer
+
+    if find_spec("tf_keras") is None:
+        pytest.skip('tf_keras cannot be imported: pip install --no-deps "tf_keras>=2.21,<2.22" (tox installs it)')
+    folder = tmp_path_factory.mktemp("keras2")
+    env = {**os.environ, "TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    jobs = ["2020:legacy_adam", "2020:adam", "2021:legacy_adam"]
+    command = [sys.executable, str(Path(writer.__file__)), str(folder), *jobs]
+    done = subprocess.run(command, env=env, cwd=Path(__file__).parent.parent, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "Keras 2" in done.stdout, done.stderr[-3000:]
+    return folder
 
 
 MAXIMA: dict[tuple[str, str], dict[str, float]] = {}  # (model, dtype) -> max |torch - tf| per quantity

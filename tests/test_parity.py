@@ -8,14 +8,18 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-# Keras cells keeping torch's two biases, torch's Adam rule and clipping, the `.keras` config: torch needs no counterpart
-STACK_SPECIFIC = {"tf_impl/layers.py", "tf_impl/optim.py", "tf_impl/serializable.py"}
+# Keras cells keeping torch's two biases, torch's Adam rule and clipping, the `.keras` config, TensorFlow checkpoints:
+# torch needs no counterpart; references.py holds each stack's own tutorials (Trevett's notebook in torch,
+# TensorFlow's NMT tutorial in Keras), the models users bring, which mirror nothing
+STACK_SPECIFIC = {"tf_impl/layers.py", "tf_impl/optim.py", "tf_impl/serializable.py", "tf_impl/checkpoints.py",
+                  "torch_impl/references.py", "tf_impl/references.py"}  # fmt: skip
 FRAMEWORK_METHODS = {"forward": "call"}  # the call method is the only name the frameworks decide
 # the Keras walk over attribute paths; on the torch side state_dict() is that walk
 ONE_STACK_FUNCTIONS = {
     "weights.py": {"leaf", "leaves", "assign_through_rules"},
     "tf_tutorial.py": {"keras_initializers"},  # torch starts from Keras's default distributions; Keras has them
-    "train.py": {"save_keras", "load_keras"},  # Keras's `.keras` files
+    "train.py": {"save_keras", "load_keras", "read_arrays", "write_arrays"},  # Keras's `.keras` files; a torch file
+    # read and written as arrays in the file's own names, so `rosetta port` can rename them (Keras files are read by path)
 }
 
 

@@ -53,7 +53,9 @@ def _notebook_logits(module, model, batch) -> np.ndarray:
 def test_a_trevett_checkpoint_ports_each_way_and_matches_the_notebooks_model(tmp_path, preset):
     module = REVISIONS[preset]
     user = _trained_trevett(module, tmp_path / "tut3-model.pt")
+    before = (tmp_path / "tut3-model.pt").read_bytes()
     report = porting.port(tmp_path / "tut3-model.pt", tmp_path / "tut3.keras", source_format=preset)
+    assert (tmp_path / "tut3-model.pt").read_bytes() == before  # the source is only read
     assert report.ok, porting.render(report)
     assert report.model == "bahdanau_bigru" and report.config["attention_bias"] is False
     assert report.inferred == {"src_vocab_size": 23, "tgt_vocab_size": 19, "encoder_embed_dim": 7, "decoder_embed_dim": 9,

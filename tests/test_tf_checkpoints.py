@@ -8,11 +8,8 @@ those tests skip only where tf_keras cannot be imported: tox's tf and cross envs
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -34,29 +31,6 @@ ROOT = Path(__file__).resolve().parent.parent
 NAME = "tf_tutorial"
 PAIRS = {"encoder": "enc", "decoder": "dec"}  # the Keras 2 part files' names (TF format)
 H5_PARTS = {"encoder": "encoder.weights.h5", "decoder": "decoder.weights.h5"}
-
-
-@pytest.fixture(scope="module")
-def keras3(tmp_path_factory) -> Path:
-    """The tutorial's checkpoints written by Keras 3 in this process: `2020-adam/`, `2021-adam/`."""
-    folder = tmp_path_factory.mktemp("keras3")
-    for revision in ("2020", "2021"):
-        writer.write(folder / f"{revision}-adam", revision, "adam")
-    return folder
-
-
-@pytest.fixture(scope="module")
-def keras2(tmp_path_factory) -> Path:
-    """The tutorial's checkpoints written by Keras 2 (tf_keras) in one subprocess: `2020-legacy_adam/` (the
-    optimizer of TF <= 2.10, slot variables) and `2020-adam/` (the optimizer of TF 2.11-2.15)."""
-    if importlib.util.find_spec("tf_keras") is None:
-        pytest.skip('tf_keras cannot be imported: pip install --no-deps "tf_keras>=2.21,<2.22" (tox installs it)')
-    folder = tmp_path_factory.mktemp("keras2")
-    env = {**os.environ, "TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
-    command = [sys.executable, str(Path(writer.__file__)), str(folder), "2020:legacy_adam", "2020:adam"]
-    done = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0 and "Keras 2" in done.stdout, done.stderr[-3000:]
-    return folder
 
 
 def _model(**overrides):
