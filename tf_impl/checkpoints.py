@@ -300,7 +300,7 @@ def _refuse_one_part(source: str, paths: list[str], model, layout) -> None:
     own file); `layout` is variable_paths (TF checkpoints) or _h5_layout (Keras 3 .weights.h5 files)."""
     own = parts(model)
     for part, layer in own.items():
-        if set(paths) == set(layout(layer)):
+        if isinstance(layer, keras.layers.Layer) and set(paths) == set(layout(layer)):  # a bare variable is no part
             missing = [name for name in own if name != part]
             verb = "is" if len(missing) == 1 else "are"
             passed = ",".join(f"{name}={source if name == part else 'PATH'}" for name in own)
