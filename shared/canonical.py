@@ -43,18 +43,28 @@ class LeafRule:
     from_keras: Callable[[Mapping[str, np.ndarray]], Arrays]
 
 
-def _linear_to_keras(canon: Mapping[str, np.ndarray]) -> Arrays:
-    keras = {"kernel": canon["weight"].T}  # torch [out, in] -> Keras [in, out]
-    if "bias" in canon:
-        keras["bias"] = canon["bias"]
-    return keras
+def _kernel_rule(kind: str, axes: tuple[int, ...]) -> LeafRule:
+    """Rule for a layer whose torch `weight` is the Keras `kernel` with its axes reversed (an involution):
+    Linear `[out, in]` <-> Dense `[in, out]`; Conv1d `[out, in/groups, k]` <-> Conv1D `[k, in/groups, out]`.
+    The bias, where the layer has one, is the same array in both."""
+
+    def convert(arrays: Mapping[str, np.ndarray], weight: str, other: str) -> Arrays:
+        out = {other: arrays[weight].transpose(axes)}
+        if "bias" in arrays:
+            out["bias"] = arrays["bias"]
+        return out
+
+    return LeafRule(kind, partial(convert, weight="weight", other="kernel"), partial(convert, weight="kernel", other="weight"))
 
 
-def _linear_from_keras(keras: Mapping[str, np.ndarray]) -> Arrays:
-    canon = {"weight": keras["kernel"].T}
-    if "bias" in keras:
-        canon["bias"] = keras["bias"]
-    return canon
+def _layer_norm_to_keras(canon: Mapping[str, np.ndarray]) -> Arrays:
+    names = {"weight": "gamma", "bias": "beta"}  # LayerNorm(elementwise_affine=False) / center, scale=False hold none
+    return {names[suffix]: value for suffix, value in canon.items()}
+
+
+def _layer_norm_from_keras(keras: Mapping[str, np.ndarray]) -> Arrays:
+    names = {"gamma": "weight", "beta": "bias"}
+    return {names[name]: value for name, value in keras.items()}
 
 
 def _renamer(canon_name: str, keras_name: str) -> tuple[Callable, Callable]:
@@ -91,7 +101,8 @@ def recurrent_rule(kind: str, torch_gates: str, keras_gates: str) -> LeafRule:
         for sfx in cell_suffixes(canon):
             keras[f"kernel{sfx}"] = gates(canon[f"weight_ih{sfx}"]).T  # [G*H, in] -> [in, G*H]
             keras[f"recurrent_kernel{sfx}"] = gates(canon[f"weight_hh{sfx}"]).T  # [G*H, H] -> [H, G*H]
-            keras[f"bias{sfx}"] = np.stack([gates(canon[f"bias_ih{sfx}"]), gates(canon[f"bias_hh{sfx}"])])
+            if f"bias_ih{sfx}" in canon:  # a layer built without biases (bias=False, use_bias=False) has none
+                keras[f"bias{sfx}"] = np.stack([gates(canon[f"bias_ih{sfx}"]), gates(canon[f"bias_hh{sfx}"])])  # [2, G*H]
         return keras
 
     def from_keras(keras: Mapping[str, np.ndarray]) -> Arrays:
@@ -99,8 +110,9 @@ def recurrent_rule(kind: str, torch_gates: str, keras_gates: str) -> LeafRule:
         for sfx in cell_suffixes(keras):
             canon[f"weight_ih{sfx}"] = gates(keras[f"kernel{sfx}"].T)
             canon[f"weight_hh{sfx}"] = gates(keras[f"recurrent_kernel{sfx}"].T)
-            canon[f"bias_ih{sfx}"] = gates(keras[f"bias{sfx}"][0])
-            canon[f"bias_hh{sfx}"] = gates(keras[f"bias{sfx}"][1])
+            if f"bias{sfx}" in keras:
+                canon[f"bias_ih{sfx}"] = gates(keras[f"bias{sfx}"][0])
+                canon[f"bias_hh{sfx}"] = gates(keras[f"bias{sfx}"][1])
         return canon
 
     return LeafRule(kind, to_keras, from_keras)
@@ -126,9 +138,11 @@ def summed_bias_rule(kind: str, torch_gates: str, keras_gates: str) -> LeafRule:
 
 
 RULES: dict[str, LeafRule] = {
-    "linear": LeafRule("linear", _linear_to_keras, _linear_from_keras),
+    "linear": _kernel_rule("linear", (1, 0)),
     "embedding": LeafRule("embedding", *_renamer("weight", "embeddings")),
     "parameter": LeafRule("parameter", *_renamer("", "value")),
+    "layer_norm": LeafRule("layer_norm", _layer_norm_to_keras, _layer_norm_from_keras),
+    "conv1d": _kernel_rule("conv1d", (2, 1, 0)),
     "rnn": recurrent_rule("rnn", torch_gates="h", keras_gates="h"),
     # torch GRU stacks (reset, update, new); Keras stacks (update, reset, candidate): swap blocks 0 and 1
     "gru": recurrent_rule("gru", torch_gates="rzn", keras_gates="zrn"),

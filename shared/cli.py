@@ -320,11 +320,27 @@ def _report(args) -> int:
 def _port(args) -> int:
     from shared import porting
 
+    if args.torch_model or args.keras_model:
+        return _port_own(args)
     report = porting.port(args.source, args.destination, args.model, to=args.to, force=args.force,
                           overrides=_key_values(args.set, "--set"), inputs=args.inputs, dtype=args.dtype,
                           with_optimizer=args.with_optimizer, source_format=args.source_format, key_map=args.key_map,
                           reference=args.reference)  # fmt: skip
     print(porting.render(report))
+    return 0 if report.ok else 1
+
+
+def _port_own(args) -> int:
+    from shared import own_models
+
+    ignored = [flag for flag, value in (("--model", args.model), ("--reference", args.reference), ("--set", args.set),
+               ("--dtype", args.dtype), ("--with-optimizer", args.with_optimizer)) if value]  # fmt: skip
+    if ignored:
+        flags = ", ".join(ignored)
+        raise ValueError(f"{flags} port catalogue models; with --torch-model / --keras-model your own classes decide")
+    report = own_models.port_own(args.source, args.destination, args.torch_model, args.keras_model, args.inputs,
+                                 args.key_map, args.force, args.to, args.source_format)  # fmt: skip
+    print(report.render())
     return 0 if report.ok else 1
 
 
@@ -351,8 +367,12 @@ def _add_port(commands) -> None:
     port.add_argument("--key-map", help="a JSON key map for the source's own layout (see shared/layouts.py)")
     port.add_argument("--reference", metavar="MODULE:CALLABLE", help="your model: CALLABLE(path) returns it loaded, "
                       "or a function batch -> logits; the port is verified against it")  # fmt: skip
+    port.add_argument("--torch-model", metavar="MODULE:FACTORY", help="your own torch model: FACTORY() returns it "
+                      "(with --keras-model: port between your own classes, verified on --inputs)")  # fmt: skip
+    port.add_argument("--keras-model", metavar="MODULE:FACTORY", help="your own Keras model: FACTORY() returns it")
     port.add_argument("--set", action="append", metavar="KEY=VALUE", help="config where it differs from the document")
-    port.add_argument("--inputs", help="also verify on this .npz batch (src, src_len, tgt_in)")
+    port.add_argument("--inputs", help="also verify on this .npz batch (src, src_len, tgt_in); for your own models, "
+                      "the arrays they are called on")  # fmt: skip
     port.add_argument("--dtype", choices=list(catalogue.DTYPES), help="the precision of the written file (default: the source's)")
     port.add_argument("--force", action="store_true", help="replace an existing destination")
     port.add_argument("--with-optimizer", action="store_true", help="port Adam's moments and step counter too")

@@ -30,6 +30,7 @@ import numpy as np
 
 from shared import catalogue, layouts, references, safetensors_io, training
 from shared.bench import Sizes, synthetic_batch
+from shared.conversion import convert, verify  # your own model: the public converter (shared/conversion.py)
 from shared.layouts import KeyMap
 from shared.verification import (
     SCALED_BOUND,
@@ -37,12 +38,12 @@ from shared.verification import (
     Component,
     against_reference,
     bounds,
+    compare_components,
     compare_optimizer_states,
     render_check,
-    verify,
 )
 
-__all__ = ["FORMATS", "Component", "PortReport", "port", "read", "render", "verification_batch", "verify"]
+__all__ = ["FORMATS", "Component", "PortReport", "convert", "port", "read", "render", "verification_batch", "verify"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -311,7 +312,7 @@ def port(source, destination, model: str | None = None, to: str | None = None, f
     src = endpoint(source, source_format, key_map)
     dst = endpoint(destination, to, destination=True)
     name = _model_name(model, src.layout, dst.layout)
-    _check_destination(src, dst, force)
+    check_destination(src, dst, force)
     names = _stacks_for(src.format, dst.format)  # (source's, destination's): may be the same
     stacks = import_stacks(*names)
     source_stack, destination_stack = (stacks[stack] for stack in names)
@@ -349,7 +350,7 @@ def _model_name(model: str | None, *ends: KeyMap) -> str:
     return chosen
 
 
-def _check_destination(src: Endpoint, dst: Endpoint, force: bool) -> None:
+def check_destination(src: Endpoint, dst: Endpoint, force: bool) -> None:
     if not dst.path.parent.is_dir():
         raise ValueError(f"{dst.path.parent} is not a folder: create it first")
     if dst.path.exists() and not force:
@@ -396,12 +397,12 @@ class Models:
 def _checks(models: Models, dtype: str, found: Read, back: Read, inputs) -> list[Check]:
     """The mapping, in float64 (deciding), float32 measured beside it; Adam's state (exact)."""
     name = models.name
-    batches = [verification_batch(name, found.config)] + ([_load_inputs(inputs)] if inputs else [])
-    decided = verify(name, "float64", *models.pair("float64"), batches)
-    atol, _ = bounds(catalogue.get(name), "float64")
+    batches = [verification_batch(name, found.config)] + ([load_inputs(inputs)] if inputs else [])
+    decided = compare_components(name, "float64", *models.pair("float64"), batches)
+    atol, _ = bounds(catalogue.get(name).tolerance, "float64")
     check = Check("the mapping: source model vs the written file read back", "float64", SCALED_BOUND.format(atol=atol), decided)
     if dtype != "float64":
-        measured = verify(name, dtype, *models.pair(dtype), batches)
+        measured = compare_components(name, dtype, *models.pair(dtype), batches)
         check.measured, check.measured_dtype = {component.name: component for component in measured}, dtype
     checks = [check]
     if found.state is not None:
@@ -480,7 +481,7 @@ def reference_batch(model: str, config: dict) -> dict[str, np.ndarray]:
     return {key: value for key, value in batch.items() if key in ("src", "tgt_in", "query", "values")}
 
 
-def _load_inputs(path) -> dict[str, np.ndarray]:
+def load_inputs(path) -> dict[str, np.ndarray]:
     """A batch from an `.npz` file: `src` [B, S] (and `src_len` [B], `tgt_in` [B, T]); the contract checks it."""
     try:
         with np.load(path, allow_pickle=False) as archive:

@@ -72,7 +72,7 @@ def make(builder_text: str, runner_text: str | None, source: str) -> Reference:
     """The reference `builder_text` builds from `source`, run by `runner_text` where it returns a model."""
     builder = load_callable(builder_text)
     made = builder(source)
-    stack = _stack_of(made)
+    stack = stack_of(made)
     if stack is None:
         if not callable(made):
             raise ValueError(
@@ -93,11 +93,11 @@ def make(builder_text: str, runner_text: str | None, source: str) -> Reference:
     return Reference(title, dtype, lambda batch: as_components(runner(model, batch), runner_text))
 
 
-def _stack_of(made) -> str | None:
+def stack_of(made) -> str | None:
     """The framework of a returned model (by its class's module; for a pair or dict of parts, the first
     part's), None for anything else."""
     if isinstance(made, (tuple, list, dict)) and made:
-        return _stack_of(next(iter(made.values())) if isinstance(made, dict) else made[0])
+        return stack_of(next(iter(made.values())) if isinstance(made, dict) else made[0])
     for cls in type(made).__mro__:
         stack = STACK_OF_MODULE.get(cls.__module__.split(".")[0])
         if stack is not None:

@@ -34,10 +34,10 @@ GREEDY_STEPS = 12  # greedy decoding compared for this many tokens (random weigh
 SCALED_BOUND = "{atol:g} x max(1, the component's largest |value|)"
 
 
-def bounds(spec, dtype: str) -> tuple[float, float]:
-    """(abs, rel) a port's component must meet: in float64 the policy's port bound (scaled by `close`), in
-    float32 the policy's output bound."""
-    return (spec.tolerance.f64_port, 0.0) if dtype == "float64" else output_bounds(spec.tolerance, dtype)
+def bounds(tolerance, dtype: str) -> tuple[float, float]:
+    """(abs, rel) a port's component must meet under a catalogue.Tolerance: in float64 the policy's port
+    bound (scaled by `close`), in float32 the policy's output bound."""
+    return (tolerance.f64_port, 0.0) if dtype == "float64" else output_bounds(tolerance, dtype)
 
 
 NOISE_FACTOR = 8  # a float32 reference may differ by the policy's bound plus this many times our float32 rounding
@@ -92,14 +92,14 @@ def traced(stack, model, name: str, batch: dict) -> dict[str, np.ndarray]:
     return found
 
 
-def verify(
+def compare_components(
     model: str, dtype: str, reference_stack, reference, candidate_stack, candidate, batches: list[dict]
 ) -> list[Component]:
     """Max |reference - candidate| per component on every batch, in the order the forward pass computes
     them (COMPARED), the logits (the context, for the attention layer), and whether greedy decoding gives
     the same ids; bounds of the equality policy at `dtype` (in float64 scaled to the component, `close`)."""
     spec = catalogue.get(model)
-    atol, rtol = bounds(spec, dtype)
+    atol, rtol = bounds(spec.tolerance, dtype)
     scaled = dtype == "float64"
     output = "context" if spec.interface == "attention" else LOGITS
     components = []
@@ -127,7 +127,7 @@ def against_reference(model: str, reference: Reference, candidates: dict, candid
     exact = reference.dtype == "float64"
     found = {dtype: traced(candidate_stack, candidates[dtype], model, batch) for dtype in candidates}
     actual = found["float64" if exact else "float32"]
-    atol, rtol = bounds(spec, "float64" if exact else "float32")
+    atol, rtol = bounds(spec.tolerance, "float64" if exact else "float32")
     components = []
     for name in [name for name in (*COMPARED, LOGITS) if name in expected]:
         noise = 0.0 if exact else _difference(found["float32"].get(name), found["float64"].get(name))

@@ -44,7 +44,14 @@ if not STACKS:
 if "torch" not in STACKS:
     collect_ignore.append("test_torch_documents.py")
 if len(STACKS) < 2:
-    collect_ignore += ["test_cross.py", "test_training.py", "test_porting.py", "test_port_layouts.py", "test_port_tf_layouts.py"]
+    collect_ignore += [
+        "test_cross.py",
+        "test_training.py",
+        "test_porting.py",
+        "test_port_layouts.py",
+        "test_port_tf_layouts.py",
+        "test_convert.py",
+    ]
 
 
 @pytest.fixture(params=STACKS)

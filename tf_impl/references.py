@@ -44,17 +44,20 @@ def in_float64(model, builder, source: str) -> tuple[object, str]:
 
 @contextlib.contextmanager
 def float64_policy():
-    """Keras 3's dtype policy (and legacy tf_keras's floatx, where loaded) set to float64 inside."""
-    previous = keras.config.dtype_policy()
+    """Keras 3's dtype policy and floatx (a `keras.Input`'s default dtype), and legacy tf_keras's floatx where
+    loaded, set to float64 inside."""
+    previous, previous_floatx = keras.config.dtype_policy(), keras.config.floatx()
     legacy = sys.modules.get("tf_keras")
     legacy_previous = legacy.backend.floatx() if legacy else None
     keras.config.set_dtype_policy("float64")
+    keras.config.set_floatx("float64")
     if legacy:
         legacy.backend.set_floatx("float64")
     try:
         yield
     finally:
         keras.config.set_dtype_policy(previous)
+        keras.config.set_floatx(previous_floatx)
         if legacy:
             legacy.backend.set_floatx(legacy_previous)
 

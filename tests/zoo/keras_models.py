@@ -1,0 +1,98 @@
+"""Models as Keras users write them: `Sequential` with auto-named layers, the functional API, a subclassed
+model stepping a cell. The factories are what `rosetta port --keras-model` names."""
+
+from __future__ import annotations
+
+import keras
+from keras import layers, ops
+
+from tests.zoo.torch_models import EMBED, HIDDEN, TAGS, VOCAB
+
+
+def bilstm_tagger() -> keras.Model:
+    return keras.Sequential([
+        keras.Input(shape=(None,), dtype="int32"),
+        layers.Embedding(VOCAB, EMBED),
+        layers.Bidirectional(layers.LSTM(HIDDEN, return_sequences=True)),
+        layers.Bidirectional(layers.LSTM(HIDDEN, return_sequences=True)),
+        layers.Dense(TAGS),
+    ])  # fmt: skip
+
+
+@keras.saving.register_keras_serializable(package="zoo")
+class LanguageModel(keras.Model):
+    """A subclassed two-layer GRU language model returning (logits, last states), as the torch one does."""
+
+    def __init__(self, dropout: float = 0.2, **kwargs):
+        super().__init__(**kwargs)
+        self.dropout = dropout
+        self.embedding = layers.Embedding(VOCAB, EMBED)
+        self.grus = [layers.GRU(HIDDEN, return_sequences=True, return_state=True, dropout=0.0) for _ in range(2)]
+        self.drop = layers.Dropout(dropout)
+        self.logits = layers.Dense(VOCAB)
+
+    def call(self, inputs, training=False):
+        x, states = self.drop(self.embedding(inputs), training=training), []
+        for gru in self.grus:
+            x, state = gru(x, training=training)
+            x = self.drop(x, training=training)
+            states.append(state)
+        return self.logits(x), ops.stack(states)
+
+    def get_config(self):
+        return {**super().get_config(), "dropout": self.dropout}
+
+
+def gru_language_model() -> keras.Model:
+    return LanguageModel()
+
+
+class LuongDecoder(keras.Model):
+    """A step decoder with Luong's general attention, stepping a Keras cell in a Python loop."""
+
+    def __init__(self, cell: str = "gru", **kwargs):
+        super().__init__(**kwargs)
+        self.embedding = layers.Embedding(VOCAB, EMBED)
+        self.cell = layers.GRUCell(HIDDEN) if cell == "gru" else layers.LSTMCell(HIDDEN)
+        self.attn = layers.Dense(HIDDEN, use_bias=False)
+        self.concat = layers.Dense(HIDDEN, activation="tanh")
+        self.out = layers.Dense(VOCAB)
+
+    def call(self, encoder_outputs, tokens):
+        zeros = ops.zeros((ops.shape(tokens)[0], HIDDEN), dtype=encoder_outputs.dtype)
+        states = [zeros] if isinstance(self.cell, layers.GRUCell) else [zeros, zeros]
+        logits = []
+        for t in range(tokens.shape[1]):
+            hidden, states = self.cell(self.embedding(tokens[:, t]), states)
+            scores = ops.squeeze(ops.matmul(encoder_outputs, ops.expand_dims(self.attn(hidden), 2)), 2)
+            weights = ops.softmax(scores, axis=1)
+            context = ops.squeeze(ops.matmul(ops.expand_dims(weights, 1), encoder_outputs), 1)
+            logits.append(self.out(self.concat(ops.concatenate([hidden, context], axis=1))))
+        return ops.stack(logits, axis=1)
+
+
+def luong_gru_decoder() -> keras.Model:
+    return LuongDecoder("gru")
+
+
+def luong_lstm_decoder() -> keras.Model:
+    return LuongDecoder("lstm")
+
+
+def sentiment_lstm() -> keras.Model:
+    text = keras.Input(shape=(None,), dtype="int32", name="text")
+    x = layers.Embedding(VOCAB, EMBED)(text)
+    x = layers.Bidirectional(layers.LSTM(HIDDEN))(x)
+    x = layers.Dense(HIDDEN, activation="relu")(x)
+    return keras.Model(text, layers.Dense(2)(x))
+
+
+def conv_gru_classifier() -> keras.Model:
+    return keras.Sequential([
+        keras.Input(shape=(None,), dtype="int32"),
+        layers.Embedding(VOCAB, EMBED),
+        layers.Conv1D(HIDDEN, 3, padding="same", activation="relu"),
+        layers.LayerNormalization(epsilon=1e-5),
+        layers.GRU(HIDDEN),
+        layers.Dense(3),
+    ])  # fmt: skip

@@ -1,0 +1,122 @@
+"""Models as PyTorch users write them (the PyTorch tutorials' habits: `batch_first`, `h_n[-1]`, a step loop
+over a cell). The factories at the bottom are what `rosetta port --torch-model` names."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+VOCAB, EMBED, HIDDEN, TAGS = 30, 8, 6, 5
+
+
+class BiLSTMTagger(nn.Module):
+    """A part-of-speech tagger: a two-layer bidirectional LSTM over embeddings, a tag score per token."""
+
+    def __init__(self):
+        super().__init__()
+        self.word_embeddings = nn.Embedding(VOCAB, EMBED)
+        self.lstm = nn.LSTM(EMBED, HIDDEN, num_layers=2, bidirectional=True, batch_first=True)
+        self.hidden2tag = nn.Linear(2 * HIDDEN, TAGS)
+
+    def forward(self, sentence):
+        lstm_out, _ = self.lstm(self.word_embeddings(sentence))
+        return self.hidden2tag(lstm_out)
+
+
+class RNNModel(nn.Module):
+    """The word-language-model example's shape: encoder (Embedding), a two-layer GRU, decoder (Linear)."""
+
+    def __init__(self, dropout: float = 0.2):
+        super().__init__()
+        self.drop = nn.Dropout(dropout)
+        self.encoder = nn.Embedding(VOCAB, EMBED)
+        self.rnn = nn.GRU(EMBED, HIDDEN, num_layers=2, dropout=dropout, batch_first=True)
+        self.decoder = nn.Linear(HIDDEN, VOCAB)
+
+    def forward(self, input):
+        output, hidden = self.rnn(self.drop(self.encoder(input)))
+        return self.decoder(self.drop(output)), hidden
+
+
+class LuongDecoder(nn.Module):
+    """A step decoder with Luong's general attention: a cell fed one token at a time in a Python loop."""
+
+    def __init__(self, cell: str = "gru"):
+        super().__init__()
+        self.embedding = nn.Embedding(VOCAB, EMBED)
+        self.cell = nn.GRUCell(EMBED, HIDDEN) if cell == "gru" else nn.LSTMCell(EMBED, HIDDEN)
+        self.attn = nn.Linear(HIDDEN, HIDDEN, bias=False)
+        self.concat = nn.Linear(2 * HIDDEN, HIDDEN)
+        self.out = nn.Linear(HIDDEN, VOCAB)
+
+    def forward(self, encoder_outputs, tokens):
+        batch = tokens.size(0)
+        hidden = encoder_outputs.new_zeros(batch, HIDDEN)
+        state = hidden if isinstance(self.cell, nn.GRUCell) else (hidden, hidden.clone())
+        logits = []
+        for t in range(tokens.size(1)):
+            state = self.cell(self.embedding(tokens[:, t]), state)
+            hidden = state if isinstance(self.cell, nn.GRUCell) else state[0]
+            scores = torch.bmm(encoder_outputs, self.attn(hidden).unsqueeze(2)).squeeze(2)
+            context = torch.bmm(F.softmax(scores, dim=1).unsqueeze(1), encoder_outputs).squeeze(1)
+            attended = torch.tanh(self.concat(torch.cat((hidden, context), dim=1)))
+            logits.append(self.out(attended))
+        return torch.stack(logits, dim=1)
+
+
+class SentimentLSTM(nn.Module):
+    """The PyTorch counterpart of a Keras functional classifier: bi-LSTM's final states, two Linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.embedding = nn.Embedding(VOCAB, EMBED)
+        self.lstm = nn.LSTM(EMBED, HIDDEN, bidirectional=True, batch_first=True)
+        self.fc1 = nn.Linear(2 * HIDDEN, HIDDEN)
+        self.fc2 = nn.Linear(HIDDEN, 2)
+
+    def forward(self, text):
+        _, (hidden, _) = self.lstm(self.embedding(text))
+        hidden = torch.cat((hidden[-2], hidden[-1]), dim=1)
+        return self.fc2(F.relu(self.fc1(hidden)))
+
+
+class ConvGRUClassifier(nn.Module):
+    """Conv1d over embeddings (channels first), LayerNorm, a GRU's last state, a Linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.embedding = nn.Embedding(VOCAB, EMBED)
+        self.conv = nn.Conv1d(EMBED, HIDDEN, kernel_size=3, padding=1)
+        self.norm = nn.LayerNorm(HIDDEN)
+        self.gru = nn.GRU(HIDDEN, HIDDEN, batch_first=True)
+        self.fc = nn.Linear(HIDDEN, 3)
+
+    def forward(self, x):
+        features = F.relu(self.conv(self.embedding(x).transpose(1, 2))).transpose(1, 2)
+        _, h_n = self.gru(self.norm(features))
+        return self.fc(h_n[-1])
+
+
+def bilstm_tagger() -> nn.Module:
+    return BiLSTMTagger()
+
+
+def gru_language_model() -> nn.Module:
+    return RNNModel()
+
+
+def luong_gru_decoder() -> nn.Module:
+    return LuongDecoder("gru")
+
+
+def luong_lstm_decoder() -> nn.Module:
+    return LuongDecoder("lstm")
+
+
+def sentiment_lstm() -> nn.Module:
+    return SentimentLSTM()
+
+
+def conv_gru_classifier() -> nn.Module:
+    return ConvGRUClassifier()

@@ -1,0 +1,294 @@
+"""A Keras model's weight-owning layers as shared.conversion leaves (stack-specific: the torch side is
+torch_impl/conversion.py); running a model on a verification batch; its float64 copy.
+
+Each leaf converts between its Keras variables and the canonical (torch) layout through the leaf rules of
+shared.canonical. A Keras functional or `Sequential` model's layers are named by their own names (`lstm`,
+`lstm_1`, ...); any other layer's by attribute (lists as `layers.0`). A recurrent layer over stacked cells
+and our `TorchLSTM` are one leaf per layer (`rnn[0]`, `rnn[1]`); `Bidirectional` is one leaf with both
+directions (`_l0`, `_l0_reverse`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import keras
+import numpy as np
+from keras.src.models.functional import Functional
+
+from shared.canonical import RULES
+from shared.conversion import Leaf, map_inputs, positional
+from tf_impl.layers import TorchLSTM, TorchLSTMCell, TorchRNNCell
+from tf_impl.references import float64_policy
+
+SUPPORTED = ("Dense, Embedding, SimpleRNN, GRU (reset_after=True), LSTM, Bidirectional, RNN over SimpleRNNCell / "
+             "GRUCell / LSTMCell (stacked too), the cells themselves, LayerNormalization, Conv1D, our TorchRNNCell / "
+             "TorchLSTMCell / TorchLSTM, a bare weight")  # fmt: skip
+_CELLS = {  # cell class -> (rule kind, holds one summed bias)
+    keras.layers.GRUCell: ("gru", False),
+    TorchRNNCell: ("rnn", False),
+    TorchLSTMCell: ("lstm", False),
+    keras.layers.SimpleRNNCell: ("rnn", True),
+    keras.layers.LSTMCell: ("lstm", True),
+}
+RESET_BEFORE = ("a Keras GRU with reset_after=False applies the reset gate before the recurrent matmul, (r * h) W_hn; "
+                "torch's GRU applies it after, r * (h W_hn + b_hn): no weights make the two equal; build it with "
+                "reset_after=True (Keras 3's default)")  # fmt: skip
+
+
+def leaves(model, rules=None) -> list[Leaf]:
+    """Every weight-owning layer of `model` in attribute (or functional) order; ValueError naming the layers
+    with no rule, or asking to build a model that has no weights yet."""
+    rules = RULES if rules is None else rules
+    if not model.built or not model.weights:
+        raise ValueError(f"the Keras model {model.name} has no weights yet: call it on a batch (or give it an Input) first")
+    found, unsupported = [], []
+    _visit(model, "", found, unsupported, rules)
+    covered = {id(variable) for leaf in found for variable in leaf.handles}
+    stray = [variable.path for variable in model.weights if id(variable) not in covered]
+    if unsupported or stray:
+        raise ValueError(f"no conversion rule for {', '.join(unsupported or stray)} (supported Keras layers: {SUPPORTED})")
+    return found
+
+
+def _visit(layer, path: str, found: list, unsupported: list, rules) -> None:
+    units = _units(layer, path.rstrip("."), rules)
+    if units is not None:
+        covered = {id(variable) for leaf in found for variable in leaf.handles}
+        found.extend(unit for unit in units if not {id(v) for v in unit.handles} & covered)  # a layer held twice
+        return
+    if type(layer).__module__.startswith("keras.") and (layer._trainable_variables or layer._non_trainable_variables):
+        unsupported.append(f"{path.rstrip('.') or layer.name} ({type(layer).__name__})")
+        return
+    for name, child in _children(layer):
+        if isinstance(child, keras.layers.Layer):
+            _visit(child, f"{path}{name}.", found, unsupported, rules)
+        elif isinstance(child, keras.Variable):
+            found.append(_leaf(f"{path}{name}", "parameter", "weight", {"value": child}, rules["parameter"], {}))
+
+
+def _children(layer) -> list[tuple[str, object]]:
+    """(name, layer or variable) under `layer`: a functional or Sequential model's layers by their names,
+    otherwise its public attributes, lists and dicts of layers element by element."""
+    if isinstance(layer, (keras.Sequential, Functional)):
+        return [(child.name, child) for child in layer.layers]
+    out = []
+    for name, value in vars(layer).items():
+        if name.startswith("_"):
+            continue
+        if isinstance(value, (list, tuple)):
+            out += [(f"{name}.{index}", item) for index, item in enumerate(value)]
+        elif isinstance(value, dict):
+            out += [(f"{name}.{key}", item) for key, item in value.items()]
+        else:
+            out.append((name, value))
+    return out
+
+
+def _units(layer, path: str, rules) -> list[Leaf] | None:
+    """The leaves `layer` is, or None where it is not a leaf."""
+    simple = _simple(layer)
+    if simple is not None:
+        kind, variables, facts = simple
+        return [_leaf(path, kind, type(layer).__name__, variables, rules[kind], facts)]
+    if isinstance(layer, keras.layers.Bidirectional):
+        forward, backward = (_cells_of(side) for side in (layer.forward_layer, layer.backward_layer))
+        if len(forward) != 1:
+            raise ValueError(f"{path}: a Bidirectional over stacked cells has no torch counterpart; stack Bidirectional layers")
+        name = f"Bidirectional({type(layer.forward_layer).__name__})"
+        return [_cell_leaf(path, name, forward[0], rules, backward[0])]
+    if isinstance(layer, (keras.layers.RNN, TorchLSTM)):
+        cells = _cells_of(layer)
+        name = type(layer).__name__
+        if len(cells) == 1:
+            return [_cell_leaf(path, name, cells[0], rules)]
+        return [_cell_leaf(f"{path}[{index}]", f"{name} layer {index}", cell, rules) for index, cell in enumerate(cells)]
+    if type(layer) in _CELLS:
+        return [_cell_leaf(path, type(layer).__name__, layer, rules)]
+    return None
+
+
+def _simple(layer) -> tuple[str, dict, dict] | None:
+    """(kind, {Keras name: variable}, facts) of a Dense, Embedding, LayerNormalization or Conv1D."""
+    if isinstance(layer, keras.layers.Dense):
+        return "linear", _present(kernel=layer.kernel, bias=layer.bias), {}
+    if isinstance(layer, keras.layers.Embedding):
+        return "embedding", {"embeddings": layer.embeddings}, {}
+    if isinstance(layer, keras.layers.LayerNormalization):
+        axes = len(layer.axis) if isinstance(layer.axis, (list, tuple)) else 1
+        return "layer_norm", _present(gamma=layer.gamma, beta=layer.beta), {"eps": float(layer.epsilon), "normalized axes": axes}
+    if isinstance(layer, keras.layers.Conv1D):
+        facts = {"stride": layer.strides[0], "dilation": layer.dilation_rate[0], "groups": layer.groups, "padding": layer.padding}
+        return "conv1d", _present(kernel=layer.kernel, bias=layer.bias), facts
+    return None
+
+
+def _present(**variables) -> dict:
+    return {name: variable for name, variable in variables.items() if variable is not None}
+
+
+def _cells_of(layer) -> list:
+    if isinstance(layer, TorchLSTM):
+        return [rnn.cell for rnn in layer.stack]
+    cell = layer.cell
+    return list(cell.cells) if isinstance(cell, keras.layers.StackedRNNCells) else [cell]
+
+
+def _cell_leaf(path: str, name: str, cell, rules, reverse=None) -> Leaf:
+    """One recurrent leaf: `cell` as `_l0`, and `reverse` (a Bidirectional's backward cell) as `_l0_reverse`."""
+    kind, summed = _cell_kind(cell, path)
+    variables = _cell_variables(cell, "_l0")
+    if reverse is not None:
+        variables.update(_cell_variables(reverse, "_l0_reverse"))
+    facts = {"activation": _activation(cell, "activation", "tanh")}  # our Torch cells fix torch's own
+    if kind != "rnn":
+        facts["recurrent activation"] = _activation(cell, "recurrent_activation", "sigmoid")
+    rule = rules[f"{kind}_summed" if summed else kind]
+    return _leaf(path, kind, name, variables, rule, facts, summed)
+
+
+def _activation(cell, attribute: str, fixed: str) -> str:
+    function = getattr(cell, attribute, None)
+    return fixed if function is None else function.__name__
+
+
+def _cell_kind(cell, path: str) -> tuple[str, bool]:
+    found = _CELLS.get(type(cell))
+    if found is None:
+        raise ValueError(f"{path}: no conversion rule for the recurrent cell {type(cell).__name__} (supported: {SUPPORTED})")
+    if found[0] == "gru" and not cell.reset_after:
+        raise ValueError(f"{path}: {RESET_BEFORE}")
+    return found
+
+
+def _cell_variables(cell, suffix: str) -> dict:
+    """A cell's variables keyed as the recurrent rules expect (`kernel_l0`, ...); no bias where it has none."""
+    names = {"kernel": cell.kernel, "recurrent_kernel": cell.recurrent_kernel, "bias": getattr(cell, "bias", None)}
+    return {f"{name}{suffix}": variable for name, variable in names.items() if variable is not None}
+
+
+def _leaf(path: str, kind: str, layer: str, variables: dict, rule, facts: dict, summed: bool = False) -> Leaf:
+    def read() -> dict[str, np.ndarray]:
+        return rule.from_keras({name: np.array(variable.numpy()) for name, variable in variables.items()})
+
+    def write(arrays: Mapping[str, np.ndarray]) -> None:
+        values = rule.to_keras(arrays)
+        for name, variable in variables.items():
+            variable.assign(np.asarray(values[name]).astype(variable.dtype))
+
+    shapes = {suffix: tuple(np.shape(value)) for suffix, value in read().items()}
+    return Leaf(path, kind, layer, shapes, facts, read, write, summed, list(variables.values()))
+
+
+# ---- running a model ----
+
+
+def _float64_from_config(model, inputs=None):
+    """A float64 copy of `model` rebuilt from its config under a float64 dtype policy, holding its weights
+    widened; None where the model cannot be rebuilt so (no config, or it fixes its own dtype)."""
+    try:
+        config = _without_dtypes(keras.saving.serialize_keras_object(model))
+        with float64_policy():
+            twin = keras.saving.deserialize_keras_object(config)
+    except Exception:  # noqa: BLE001 (a model without a usable config: float64 is then not available)
+        return None
+    if not twin.built and inputs is not None:
+        run(twin, inputs)
+    if not all(str(variable.dtype) == "float64" for variable in twin.weights) or len(twin.weights) != len(model.weights):
+        return None
+    twin.set_weights([np.asarray(weight, np.float64) for weight in model.get_weights()])
+    return twin
+
+
+def _without_dtypes(config):
+    """A serialized config with every layer's dtype policy removed (the global policy then applies)."""
+    if isinstance(config, dict):
+        return {key: _without_dtypes(value) for key, value in config.items() if key != "dtype"}
+    if isinstance(config, list):
+        return [_without_dtypes(value) for value in config]
+    return config
+
+
+def run(model, inputs):
+    """`model`'s outputs on `inputs` (numpy: an array, a tuple or a dict) in inference mode; floats are cast
+    to the model's compute dtype. A functional model takes the tuple or dict as its one input; another model's
+    tuple is spread over `call`'s arguments where it takes more than one."""
+    dtype = model.compute_dtype
+    converted = map_inputs(inputs, lambda array: _cast(array, dtype))
+    if isinstance(model, (keras.Sequential, Functional)):
+        return model(list(converted) if isinstance(converted, tuple) else converted, training=False)
+    arguments = positional(model.call)
+    if isinstance(converted, dict) and len(arguments) != 1:
+        return model(**converted, training=False)
+    if isinstance(converted, tuple) and len(arguments) > 1:
+        return model(*converted, training=False)
+    return model(converted, training=False)
+
+
+def _cast(array, dtype: str) -> np.ndarray:
+    array = np.asarray(array)
+    return array.astype(dtype) if array.dtype.kind == "f" else array
+
+
+def numpy(value) -> np.ndarray:
+    return np.asarray(keras.ops.convert_to_numpy(value))
+
+
+# ---- the user's model and its files (rosetta port --keras-model) ----
+
+
+def build(factory, dtype: str, inputs=None):
+    """The user's model from `factory()` (under a float64 dtype policy for float64), built on `inputs`
+    where it has no weights yet; None where float64 was asked and the model keeps another dtype."""
+    if dtype == "float64":
+        with float64_policy():
+            model = factory()
+    else:
+        model = factory()
+    if not isinstance(model, keras.layers.Layer):
+        raise ValueError(f"--keras-model returned {type(model).__name__}, not a Keras model")
+    if not model.weights and inputs is not None:
+        run(model, inputs)
+    if dtype == "float64" and not all(str(variable.dtype) == "float64" for variable in model.weights):
+        return None
+    return model
+
+
+def float64_twin(model, factory=None, inputs=None):
+    """A float64 copy of `model` holding its weights widened exactly: built by `factory` where given, else
+    from the model's config (_float64_from_config); None where neither gives float64 variables."""
+    if factory is None:
+        return _float64_from_config(model, inputs)
+    twin = build(factory, "float64", inputs)
+    if twin is None or len(twin.weights) != len(model.weights):
+        return None
+    twin.set_weights([np.asarray(weight, np.float64) for weight in model.get_weights()])
+    return twin
+
+
+def load_file(model, path, fmt: str, factory=None, inputs=None):
+    """A `.keras` file's model (safe mode: no code runs; `model` unused), or `model` holding a
+    `.weights.h5` file's weights."""
+    from tf_impl.train import load_native
+
+    if fmt == "keras":
+        try:
+            return keras.saving.load_model(path, safe_mode=True)
+        except Exception as error:  # noqa: BLE001 (Keras raises many kinds for a bad or unknown file)
+            raise ValueError(f"{path}: not a loadable Keras model ({type(error).__name__}: {error}); is the module "
+                             "defining its classes imported by --keras-model?") from None  # fmt: skip
+    load_native(model, path)
+    return model
+
+
+def save_file(model, path, fmt: str) -> None:
+    """`model` as a `.keras` file (its config must serialize) or its weights as `.weights.h5`, atomically."""
+    from tf_impl.train import save_keras, save_native
+
+    if fmt == "keras_weights":
+        save_native(model, path)
+        return
+    try:
+        save_keras(model, path)
+    except (TypeError, NotImplementedError) as error:
+        raise ValueError(f"your Keras model cannot be saved whole as .keras ({error}); write .weights.h5 instead") from None
