@@ -57,19 +57,14 @@ def _kernel_rule(kind: str, axes: tuple[int, ...]) -> LeafRule:
     return LeafRule(kind, partial(convert, weight="weight", other="kernel"), partial(convert, weight="kernel", other="weight"))
 
 
-def _layer_norm_to_keras(canon: Mapping[str, np.ndarray]) -> Arrays:
-    names = {"weight": "gamma", "bias": "beta"}  # LayerNorm(elementwise_affine=False) / center, scale=False hold none
-    return {names[suffix]: value for suffix, value in canon.items()}
-
-
-def _layer_norm_from_keras(keras: Mapping[str, np.ndarray]) -> Arrays:
-    names = {"gamma": "weight", "beta": "bias"}
-    return {names[name]: value for name, value in keras.items()}
-
-
-def _renamer(canon_name: str, keras_name: str) -> tuple[Callable, Callable]:
-    """A rule that only renames one array (Embedding `weight` <-> `embeddings`, a bare parameter)."""
-    return (lambda canon: {keras_name: canon[canon_name]}), (lambda keras: {canon_name: keras[keras_name]})
+def _renaming_rule(kind: str, names: Mapping[str, str]) -> LeafRule:
+    """A rule that only renames arrays, canonical suffix -> Keras name, each where the layer has it
+    (Embedding `weight` <-> `embeddings`; LayerNorm `weight`, `bias` <-> `gamma`, `beta`, none without an
+    affine part; a bare parameter)."""
+    back = {keras_name: suffix for suffix, keras_name in names.items()}
+    return LeafRule(
+        kind, lambda canon: {names[k]: v for k, v in canon.items()}, lambda keras: {back[k]: v for k, v in keras.items()}
+    )
 
 
 def reorder_gates(array: np.ndarray, source: str, target: str, axis: int = 0) -> np.ndarray:
@@ -139,9 +134,9 @@ def summed_bias_rule(kind: str, torch_gates: str, keras_gates: str) -> LeafRule:
 
 RULES: dict[str, LeafRule] = {
     "linear": _kernel_rule("linear", (1, 0)),
-    "embedding": LeafRule("embedding", *_renamer("weight", "embeddings")),
-    "parameter": LeafRule("parameter", *_renamer("", "value")),
-    "layer_norm": LeafRule("layer_norm", _layer_norm_to_keras, _layer_norm_from_keras),
+    "embedding": _renaming_rule("embedding", {"weight": "embeddings"}),
+    "parameter": _renaming_rule("parameter", {"": "value"}),
+    "layer_norm": _renaming_rule("layer_norm", {"weight": "gamma", "bias": "beta"}),
     "conv1d": _kernel_rule("conv1d", (2, 1, 0)),
     "rnn": recurrent_rule("rnn", torch_gates="h", keras_gates="h"),
     # torch GRU stacks (reset, update, new); Keras stacks (update, reset, candidate): swap blocks 0 and 1

@@ -133,11 +133,9 @@ def convert(source, target, key_map=None, rules=None) -> Conversion:
     for pair in pairs:
         pair.target.write(pair.source.read())
     notes = _notes(pairs)
-    for note, drifts in notes:
-        if drifts:  # training will drift: said also where a notebook ignores the returned report
-            warnings.warn(note, stacklevel=2)
-    notes = [note for note, _ in notes]
-    return Conversion(source_stack, target_stack, pairs, notes, sum(len(p.source.shapes) for p in pairs),
+    for note in (note for note, drifts in notes if drifts):  # said also where a notebook ignores the report
+        warnings.warn(note, stacklevel=2)
+    return Conversion(source_stack, target_stack, pairs, [note for note, _ in notes], sum(len(p.source.shapes) for p in pairs),
                       sum(math.prod(shape) for p in pairs for shape in p.source.shapes.values()))  # fmt: skip
 
 
@@ -189,25 +187,26 @@ def pair_leaves(sources: list[Leaf], targets: list[Leaf], named: Callable[[str],
     if unknown:
         raise ValueError(f"the key map names target layers the target model does not have: {', '.join(unknown)} "
                          f"(its layers: {', '.join(by_path)})")  # fmt: skip
-    pairs, free = [], dict(by_path)
+    pairs, free, paired = [], dict(by_path), set()
+
+    def add(leaf: Leaf, found: Leaf, how: str) -> None:
+        pairs.append(Pair(leaf, free.pop(found.path), how))
+        paired.add(id(leaf))
+
     for how, match in (("key map", lambda leaf: named(leaf.path)), ("name", lambda leaf: leaf.path)):
         for leaf in sources:
             found = free.get(match(leaf))
-            if found is not None and not _paired(leaf, pairs) and (how == "key map" or found.kind == leaf.kind):
-                pairs.append(Pair(leaf, free.pop(found.path), how))
-    leftover = [leaf for leaf in sources if not _paired(leaf, pairs)]
+            if found is not None and id(leaf) not in paired and (how == "key map" or found.kind == leaf.kind):
+                add(leaf, found, how)
+    leftover = [leaf for leaf in sources if id(leaf) not in paired]
     for kind in dict.fromkeys(leaf.kind for leaf in leftover):
         same = [leaf for leaf in free.values() if leaf.kind == kind]
         for leaf, found in zip([leaf for leaf in leftover if leaf.kind == kind], same, strict=False):  # the rest: errors
-            pairs.append(Pair(leaf, free.pop(found.path), "order"))
+            add(leaf, found, "order")
     order = {id(leaf): index for index, leaf in enumerate(sources)}
     pairs.sort(key=lambda pair: order[id(pair.source)])
-    _check(pairs, [leaf for leaf in sources if not _paired(leaf, pairs)], list(free.values()))
+    _check(pairs, [leaf for leaf in sources if id(leaf) not in paired], list(free.values()))
     return pairs
-
-
-def _paired(leaf: Leaf, pairs: list[Pair]) -> bool:
-    return any(pair.source is leaf for pair in pairs)
 
 
 def _check(pairs: list[Pair], unused: list[Leaf], empty: list[Leaf]) -> None:
@@ -313,7 +312,7 @@ def verify(source_fn, target_fn, inputs, measured: tuple | None = None):
     from shared.catalogue import Tolerance
     from shared.verification import SCALED_BOUND, Check, bounds, close
 
-    def compare(source, target) -> tuple[str, list]:
+    def compare(source, target) -> tuple[str, tuple[float, float], list]:
         expected, actual = outputs(source, inputs), outputs(target, inputs)
         dtype = "float64" if all(a.dtype == np.float64 for a in (*expected.values(), *actual.values())) else "float32"
         atol, rtol = bounds(Tolerance(), dtype)
@@ -322,14 +321,13 @@ def verify(source_fn, target_fn, inputs, measured: tuple | None = None):
                              f"({', '.join(actual)}): they cannot be compared")  # fmt: skip
         rows = [close(name, got, expected[name], atol, rtol, scaled=dtype == "float64")
                 for name, got in zip(expected, actual.values(), strict=True)]  # fmt: skip
-        return dtype, rows
+        return dtype, (atol, rtol), rows
 
-    dtype, components = compare(source_fn, target_fn)
-    atol, rtol = bounds(Tolerance(), dtype)
+    dtype, (atol, rtol), components = compare(source_fn, target_fn)
     bound = SCALED_BOUND.format(atol=atol) if dtype == "float64" else f"{atol:g} abs + {rtol:g} rel"
     count = f"{len(components)} output{'' if len(components) == 1 else 's'}"
     check = Check(f"the target against the source, {count}", dtype, bound, components)
     if measured is not None:
-        check.measured_dtype, rows = compare(*measured)
+        check.measured_dtype, _, rows = compare(*measured)
         check.measured = {row.name: row for row in rows}
     return check

@@ -14,10 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import shutil
-import tempfile
 import warnings
-from pathlib import Path
 
 import numpy as np
 
@@ -75,18 +72,14 @@ def port_own(source, destination, torch_model: str | None = None, keras_model: s
         warnings.simplefilter("ignore")
         conversion = convert(source32, target32, key_map)
     check = _verify_in_float64(source_stack, source32, target_stack, target32, factories, sides, batch, key_map)
-    staging = Path(tempfile.mkdtemp(prefix=f".{dst.path.name}.", dir=dst.path.parent))
-    try:
-        staged = staging / dst.path.name
+    with porting.staged_beside(dst.path) as staged:
         target_stack.save_file(target32, staged, dst.format.name)
         fresh = None if dst.format.name == "keras" else target_stack.build(factories[sides[1]], "float32", batch)
         back = target_stack.load_file(fresh, staged, dst.format.name, factories[sides[1]], batch)
         report = OwnPort(src, dst, conversion, [check, _read_back(target32, back, batch)])
         if report.ok:
-            staged.replace(dst.path)
+            porting.move_into_place(staged, dst.path)
         return report
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
 
 
 def _stack(fmt: porting.Format, text) -> str:

@@ -18,6 +18,7 @@ that verifies is moved into place: a failed or refused port leaves nothing behin
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import importlib.util
@@ -319,9 +320,7 @@ def port(source, destination, model: str | None = None, to: str | None = None, f
     found = read_endpoint(src, source_stack, name, dtype, overrides or {}, with_optimizer)
     dtype = found.dtype
     config = _destination_config(dst.layout, found.config)
-    staging = Path(tempfile.mkdtemp(prefix=f".{dst.path.name}.", dir=dst.path.parent))
-    try:
-        staged = staging / dst.path.name
+    with staged_beside(dst.path) as staged:
         write_endpoint(dst, staged, destination_stack, name, config, dtype, found.weights, found.state)
         back = read_endpoint(dataclasses.replace(dst, path=staged), destination_stack, name, dtype, config, with_optimizer)
         models = Models(name, {"source": (source_stack, found), "destination": (destination_stack, back)})
@@ -330,12 +329,26 @@ def port(source, destination, model: str | None = None, to: str | None = None, f
         report = PortReport(src, dst, name, config, found.inferred, len(found.weights),
                             sum(np.size(array) for array in found.weights.values()), checks)  # fmt: skip
         if report.ok:
-            if dst.path.is_dir():  # a checkpoint folder replaced with --force
-                shutil.rmtree(dst.path)
-            staged.replace(dst.path)
+            move_into_place(staged, dst.path)
         return report
+
+
+@contextlib.contextmanager
+def staged_beside(path: Path):
+    """A path of `path`'s name in a hidden temporary folder beside it, removed on the way out (whatever
+    was not moved into place with `move_into_place` goes with it)."""
+    staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    try:
+        yield staging / path.name
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def move_into_place(staged: Path, path: Path) -> None:
+    """A verified file (or checkpoint folder) renamed over `path`; a folder there (`--force`) removed first."""
+    if path.is_dir():
+        shutil.rmtree(path)
+    staged.replace(path)
 
 
 def _model_name(model: str | None, *ends: KeyMap) -> str:

@@ -54,10 +54,7 @@ def _visit(module: nn.Module, path: str, found: list, unsupported: list) -> None
 
 
 def _kind(module: nn.Module) -> str | None:
-    for cls, kind in {**_RECURRENT_KINDS, **_SIMPLE_KINDS}.items():
-        if type(module) is cls or isinstance(module, cls):
-            return kind
-    return None
+    return next((kind for cls, kind in {**_RECURRENT_KINDS, **_SIMPLE_KINDS}.items() if isinstance(module, cls)), None)
 
 
 def _leaves_of(module: nn.Module, path: str, kind: str) -> list[Leaf]:
