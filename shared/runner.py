@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import itertools
 import json
 import math
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -228,39 +230,55 @@ class _Progress:
 
 
 def _loop(run: RunConfig, stack, model, trainer, corpus: data.Corpus, out: Path, progress: bool) -> int:
-    """Epochs of shuffled, bucketed batches; checkpoints every `checkpoint_every` steps and after each epoch.
-    Returns the number of steps taken."""
+    """Epochs of shuffled, bucketed batches, each handed to the stack's `Trainer.train_epoch` (Keras's: `fit`);
+    checkpoints every `checkpoint_every` steps and after each epoch. Returns the number of steps taken."""
     steps_per_epoch = math.ceil(len(corpus.splits["train"][0]) / run.batch_size)  # batches keep the last, short one
     total = steps_per_epoch * run.epochs if run.max_steps is None else min(run.max_steps, steps_per_epoch * run.epochs)
-    bar, log, step, saved = _Progress(total, progress, f"{run.model} [{stack.__name__}]"), [], 0, 0
+    steps = _Steps(run, stack, trainer, corpus, out, total, _Progress(total, progress, f"{run.model} [{stack.__name__}]"))
     try:
         for epoch in range(run.epochs):
-            for batch in corpus.batches("train", run.batch_size, rng=np.random.default_rng([run.seed, epoch])):
-                step += 1
-                log.append(_train_step(run, trainer, corpus, batch, step, epoch, saved, out))
-                bar.update(step, log[-1]["loss"])
-                if step % run.checkpoint_every == 0:
-                    saved = _checkpoint(stack, trainer, run, corpus, out, step, epoch, log)
-                if step == total:
-                    break
-            saved = _checkpoint(stack, trainer, run, corpus, out, step, epoch, log)
+            steps.start_epoch(epoch)
+            batches = corpus.batches("train", run.batch_size, rng=np.random.default_rng([run.seed, epoch]))
+            trainer.train_epoch(steps.inputs(itertools.islice(batches, total - steps.step)), steps.after_step)
+            steps.saved = _checkpoint(stack, trainer, run, corpus, out, steps.step, epoch, steps.log)
             metrics_of_epoch = evaluate(stack, model, run, corpus, "val", limit=run.eval_batches)
-            _append_json_lines(out / EVAL_LOG, [{"epoch": epoch, "step": step, **metrics_of_epoch}])
-            if step == total:
+            _append_json_lines(out / EVAL_LOG, [{"epoch": epoch, "step": steps.step, **metrics_of_epoch}])
+            if steps.step == total:
                 break
     finally:
-        bar.close()
-    return step
+        steps.bar.close()
+    return steps.step
 
 
-def _train_step(run: RunConfig, trainer, corpus: data.Corpus, batch: dict, step: int, epoch: int, saved: int, out: Path) -> dict:
-    """One update; its log record. A non-finite loss or gradient norm stops the run (RunError)."""
-    started = time.perf_counter()
-    loss = trainer.step(pad_to_multiple(batch, run.length_multiple, corpus.pad_id), _schedule(run, batch, step))
-    norm = trainer.grad_norms[-1]
-    if not (math.isfinite(loss) and math.isfinite(norm)):
-        raise RunError(_diverged_message(loss, norm, step, saved, out))
-    return {"step": step, "epoch": epoch, "loss": loss, "grad_norm": norm, "seconds": time.perf_counter() - started}
+class _Steps:
+    """The run's steps as a Trainer takes them: each batch padded, with its teacher-forcing schedule; after each
+    update, the log record, the divergence check, the progress bar and every `checkpoint_every` a checkpoint."""
+
+    def __init__(self, run: RunConfig, stack, trainer, corpus: data.Corpus, out: Path, total: int, bar: _Progress):
+        self.run, self.stack, self.trainer, self.corpus, self.out = run, stack, trainer, corpus, out
+        self.total, self.bar = total, bar
+        self.step, self.saved, self.epoch, self.log, self.clock = 0, 0, 0, [], time.perf_counter()
+
+    def start_epoch(self, epoch: int) -> None:
+        self.epoch, self.clock = epoch, time.perf_counter()
+
+    def inputs(self, batches) -> Iterator[tuple[dict, np.ndarray | None]]:
+        """(padded batch, schedule) pairs; the schedule drawn from (seed, the batch's own step)."""
+        for i, batch in enumerate(batches, start=self.step + 1):
+            yield pad_to_multiple(batch, self.run.length_multiple, self.corpus.pad_id), _schedule(self.run, batch, i)
+
+    def after_step(self, loss: float) -> bool:
+        """Record the update just taken (a non-finite loss or norm stops the run: RunError); False after the last."""
+        self.step += 1
+        norm, now = self.trainer.grad_norms[-1], time.perf_counter()
+        if not (math.isfinite(loss) and math.isfinite(norm)):
+            raise RunError(_diverged_message(loss, norm, self.step, self.saved, self.out))
+        self.log.append({"step": self.step, "epoch": self.epoch, "loss": loss, "grad_norm": norm, "seconds": now - self.clock})
+        self.bar.update(self.step, loss)
+        if self.step % self.run.checkpoint_every == 0:
+            self.saved = _checkpoint(self.stack, self.trainer, self.run, self.corpus, self.out, self.step, self.epoch, self.log)
+        self.clock = time.perf_counter()
+        return self.step < self.total
 
 
 def _diverged_message(loss: float, norm: float, step: int, saved: int, out: Path) -> str:
@@ -306,8 +324,8 @@ def _checkpoint(stack, trainer, run: RunConfig, corpus: data.Corpus, out: Path, 
     if log:
         _append_json_lines(out / LOSS_LOG, log)
         log.clear()
-    train_module, state = importlib.import_module(f"{stack.__name__}.train"), trainer.optimizer_state()  # once for both
-    train_module.save_native(trainer.model, out / f"checkpoint{train_module.NATIVE_SUFFIX}", state)
+    train_module, state = importlib.import_module(f"{stack.__name__}.train"), trainer.optimizer_state()
+    trainer.save_checkpoint(out / f"checkpoint{train_module.NATIVE_SUFFIX}")
     moments, optimizer_metadata = training.optimizer_tensors(state)
     metadata = {
         "model": run.model,

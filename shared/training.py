@@ -178,12 +178,18 @@ def compare_training(name: str, dtype: str, reference, candidate, steps: int = E
     Weights listed in the catalogue's `zero_gradient_weights` are compared to `lr * steps` in float32.
     `curves`, when given, receives both loss curves (keys "reference", "candidate") for the report.
     """
-    from shared.equality import assert_close
-
-    tolerance = catalogue.get(name).tolerance
     ref, cand = _train_pair(name, dtype, reference, candidate, steps, candidate_spec, candidate_loss)
     if curves is not None:
         curves.update(reference=ref["curve"].tolist(), candidate=cand["curve"].tolist())
+    return assert_trained_alike(name, dtype, ref, cand, steps)
+
+
+def assert_trained_alike(name: str, dtype: str, ref: dict, cand: dict, steps: int) -> dict[str, float]:
+    """Assert two trainings (`curve`, `weights`; the reference's `grad_norms` too) agree within the catalogue's
+    bounds; return the maxima (compare_training's, for a candidate trained elsewhere: Keras's `fit`)."""
+    from shared.equality import assert_close
+
+    tolerance = catalogue.get(name).tolerance
     bound = tolerance.f64_curve if dtype == "float64" else tolerance.f32_curve
     maxima = {"loss curve": assert_close(cand["curve"], ref["curve"], bound, what=f"{name} loss curve")}
     zero_gradient = set(catalogue.get(name).zero_gradient_keys(ref["weights"])) if dtype == "float32" else set()

@@ -21,6 +21,8 @@ def _as_array(batch: Mapping, key: str) -> np.ndarray:
         return np.asarray(batch[key])
     except KeyError:
         raise ValueError(f"batch is missing {key!r} (it holds: {', '.join(batch) or 'nothing'})") from None
+    except ValueError:  # numpy's "inhomogeneous shape"
+        raise ValueError(f"batch[{key!r}] is ragged: pad every row to one length") from None
 
 
 def _check_rank(key: str, array: np.ndarray, rank: int, layout: str) -> None:

@@ -69,14 +69,12 @@ def test_translate_decodes_and_draws_the_attention(stack, tmp_path):
 
 def test_a_nan_loss_stops_with_the_step_and_keeps_the_last_good_checkpoint(stack, tmp_path, monkeypatch):
     run_dir, name = _run(tmp_path), _stack_name(stack)
-    trainer_class = __import__(f"{stack.__name__}.train", fromlist=["Trainer"]).Trainer
-    real_step = trainer_class.step
+    real_after_step = runner._Steps.after_step
 
-    def poisoned(self, batch, teacher_forcing=None):
-        loss = real_step(self, batch, teacher_forcing)
-        return float("nan") if len(self.grad_norms) == 7 else loss
+    def poisoned(self, loss):  # the loss the stack's Trainer reports for step 7 (Keras's: from fit's logs)
+        return real_after_step(self, float("nan") if self.step == 6 else loss)
 
-    monkeypatch.setattr(trainer_class, "step", poisoned)
+    monkeypatch.setattr(runner._Steps, "after_step", poisoned)
     with pytest.raises(runner.RunError, match="at step 7; stopped, the last good checkpoint \\(step 6\\)"):
         runner.train(run_dir, name, progress=False)
     _, metadata = safetensors_io.load(run_dir / name / runner.CHECKPOINT)
@@ -86,15 +84,14 @@ def test_a_nan_loss_stops_with_the_step_and_keeps_the_last_good_checkpoint(stack
 
 def test_an_interrupted_run_leaves_the_last_complete_checkpoint(stack, tmp_path, monkeypatch):
     run_dir, name = _run(tmp_path), _stack_name(stack)
-    trainer_class = __import__(f"{stack.__name__}.train", fromlist=["Trainer"]).Trainer
-    real_step = trainer_class.step
+    real_after_step = runner._Steps.after_step
 
-    def interrupted(self, batch, teacher_forcing=None):
-        if len(self.grad_norms) == 4:
+    def interrupted(self, loss):  # Ctrl-C during step 5 (inside Keras's fit for tf)
+        if self.step == 4:
             raise KeyboardInterrupt
-        return real_step(self, batch, teacher_forcing)
+        return real_after_step(self, loss)
 
-    monkeypatch.setattr(trainer_class, "step", interrupted)
+    monkeypatch.setattr(runner._Steps, "after_step", interrupted)
     with pytest.raises(KeyboardInterrupt):
         runner.train(run_dir, name, progress=False)
     _, metadata = safetensors_io.load(run_dir / name / runner.CHECKPOINT)

@@ -122,8 +122,10 @@ class Seq2Seq(Seq2SeqBase):
         super().__init__(encoder, decoder, seed, **kwargs)
         self.device = device  # the document's argument; placement follows the weights
 
-    def call(self, source, target, teacher_force_ratio: float = 0.5):
+    def call(self, source, target=None, teacher_force_ratio: float = 0.5, training=None):
         """The document's signature: `source (S, B)`, `target (T, B)` -> outputs `(T, B, V)` (row 0 zero)."""
+        if target is None:  # Keras's one input (tf_impl.fitting): fit, evaluate, predict
+            return self.keras_call(source, training)
         return self.time_major_forward(source, target, teacher_force_ratio)
 
     def features(self, x, hidden, memory, training=False):

@@ -147,8 +147,10 @@ class Decoder(keras.layers.Layer):
 class Model(Seq2SeqBase):
     """Document 003, `Model(encoder, decoder)` with teacher forcing from a shared schedule."""
 
-    def call(self, src, trg, teacher_force_ratio: float = 0.5):
+    def call(self, src, trg=None, teacher_force_ratio: float = 0.5, training=None):
         """The document's signature: `src (S, B)`, `trg (T, B)` -> outs `(T, B, V)`, outs[0] zero."""
+        if trg is None:  # Keras's one input (tf_impl.fitting): fit, evaluate, predict
+            return self.keras_call(src, training)
         return self.time_major_forward(src, trg, teacher_force_ratio)
 
     def features(self, x, hidden, memory, training=False):

@@ -13,8 +13,58 @@ from keras import ops
 from shared.training import TrainSpec
 
 
+class TorchClipping:
+    """Mixin of a Keras optimizer: gradients as torch hands them to its optimizer.
+
+    - `tf.IndexedSlices` (an Embedding's gradient, one slice per token occurrence) are summed into dense rows
+      first, as torch's embedding gradient is: squaring slices before summing repeats would give Adam's second
+      moment and the clipping norm wrong values.
+    - `clip_grad_norm`: torch's `clip_grad_norm_(parameters, max_norm)` before every update, all gradients
+      scaled by `min(1, max_norm / (global norm + 1e-6))` (None: no clipping). Keras's own `clipnorm` clips
+      each variable alone and `global_clipnorm` divides by `max(norm, max_norm)`: neither is torch's rule.
+    - `grad_norm`: the global gradient norm of the last update, before clipping (what `clip_grad_norm_`
+      returns; `rosetta train` logs it).
+    """
+
+    def __init__(self, *args, clip_grad_norm=None, **kwargs):
+        if clip_grad_norm is not None and not clip_grad_norm > 0:
+            raise ValueError(f"clip_grad_norm must be positive or None, got {clip_grad_norm!r}")
+        if clip_grad_norm is not None and any(kwargs.get(k) for k in ("clipnorm", "global_clipnorm", "clipvalue")):
+            raise ValueError("clip_grad_norm (torch's rule) replaces Keras's clipnorm / global_clipnorm / clipvalue: pass one")
+        super().__init__(*args, **kwargs)
+        self.clip_grad_norm = None if clip_grad_norm is None else float(clip_grad_norm)
+
+    def build(self, var_list):
+        if self.built:
+            return
+        super().build(var_list)
+        # set past Keras's tracking: a log of the last step, no state of the optimizer (files keep Adam's slots only)
+        object.__setattr__(self, "_grad_norm", keras.Variable(0.0, dtype="float64", trainable=False, name="grad_norm"))
+
+    @property
+    def grad_norm(self) -> float:
+        return float(ops.convert_to_numpy(self._grad_norm))
+
+    def apply(self, grads, trainable_variables=None):
+        return super().apply([dense(g) for g in grads], trainable_variables)
+
+    def _clip_gradients(self, grads):
+        clipped, norm = clip_grad_norm(grads, self.clip_grad_norm)
+        self._grad_norm.assign(ops.cast(norm, "float64"))
+        return clipped if self.clip_grad_norm is not None else super()._clip_gradients(grads)
+
+    def get_config(self):
+        return {**super().get_config(), "clip_grad_norm": self.clip_grad_norm}
+
+
 @keras.saving.register_keras_serializable(package="rosetta")
-class TorchAdam(keras.optimizers.Optimizer):
+class KerasAdam(TorchClipping, keras.optimizers.Adam):
+    """Stock Keras Adam's rule (its "epsilon hat", its `clipnorm` / `global_clipnorm`), with TorchClipping's
+    options: the naive setups whose drift the tests and the report measure."""
+
+
+@keras.saving.register_keras_serializable(package="rosetta")
+class TorchAdam(TorchClipping, keras.optimizers.Optimizer):
     """Adam with torch.optim.Adam's update, which Keras's Adam does not follow:
 
     torch: `p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)` (eps added to sqrt(v_hat));
@@ -22,6 +72,10 @@ class TorchAdam(keras.optimizers.Optimizer):
     powers computed in the variable's dtype. Here the bias corrections are computed in float64 and cast,
     as torch computes them in Python floats; `m` moves by lerp as torch's does. The learning rate is a
     Python float, as torch's (a float32 Keras variable would round 1e-3).
+
+    A Keras optimizer like any (`model.compile(optimizer=TorchAdam(1e-3, clip_grad_norm=1.0))`, or
+    `apply_gradients` in a `GradientTape` loop), on any Keras 3 backend; TorchClipping gives it torch's
+    gradients and clipping.
     """
 
     def __init__(self, learning_rate=1e-3, beta_1=0.9, beta_2=0.999, epsilon=1e-8, name="torch_adam", **kwargs):
@@ -64,20 +118,33 @@ def clip_grad_norm(gradients: list, max_norm: float | None) -> tuple[list, objec
     Keras's `global_clipnorm` divides by max(norm, max_norm) with no 1e-6; `clipnorm` clips each
     variable on its own.
     """
-    present = [g for g in gradients if g is not None]
-    total = ops.norm(ops.stack([ops.norm(ops.reshape(g, (-1,))) for g in present]))
+    total = global_norm(gradients)
     if max_norm is None:
         return gradients, total
     coef = ops.minimum(max_norm / (total + 1e-6), 1.0)
     return [None if g is None else g * ops.cast(coef, g.dtype) for g in gradients], total
 
 
+def dense(gradient):
+    """A gradient as a dense tensor: TensorFlow's IndexedSlices (an Embedding's: a slice per token occurrence)
+    with the repeats summed per row, as torch's embedding gradient; other backends' gradients are dense."""
+    if gradient is None or keras.backend.backend() != "tensorflow":
+        return gradient
+    import tensorflow as tf
+
+    return tf.convert_to_tensor(gradient)
+
+
+def global_norm(gradients: list):
+    """The norm of all gradients together (None entries skipped)."""
+    present = [dense(g) for g in gradients if g is not None]
+    return ops.norm(ops.stack([ops.norm(ops.reshape(g, (-1,))) for g in present]))
+
+
 def make_optimizer(spec: TrainSpec) -> keras.optimizers.Optimizer:
-    """TorchAdam (the spec), or stock Keras Adam; Keras's own `clipnorm` (per variable) or `global_clipnorm`
-    when the spec asks for them (torch's global clipping is `clip_grad_norm`, applied by the trainer)."""
-    keras_clip = {"per_variable": "clipnorm", "keras_global": "global_clipnorm"}.get(spec.clipping)
-    clip = {keras_clip: spec.clip_norm} if keras_clip and spec.clip_norm else {}
-    beta_1, beta_2 = spec.betas
-    if spec.optimizer == "keras_adam":
-        return keras.optimizers.Adam(spec.lr, beta_1=beta_1, beta_2=beta_2, epsilon=spec.eps, **clip)
-    return TorchAdam(spec.lr, beta_1=beta_1, beta_2=beta_2, epsilon=spec.eps, **clip)
+    """The spec's optimizer: TorchAdam with torch's global clipping (`clip_grad_norm`), or stock Keras Adam;
+    Keras's own `clipnorm` (per variable) or `global_clipnorm` where the spec asks for them."""
+    clip = {"global": "clip_grad_norm", "per_variable": "clipnorm", "keras_global": "global_clipnorm"}[spec.clipping]
+    options = {"beta_1": spec.betas[0], "beta_2": spec.betas[1], "epsilon": spec.eps}
+    options.update({clip: spec.clip_norm} if spec.clip_norm else {})
+    return (KerasAdam if spec.optimizer == "keras_adam" else TorchAdam)(spec.lr, **options)

@@ -12,8 +12,9 @@ import keras
 from keras import ops
 
 from shared.taps import CONTEXT_VECTORS, ENCODER_OUTPUTS, ENCODER_STATE, SOURCE_EMBEDDINGS, TARGET_EMBEDDINGS, tap
+from tf_impl.fitting import KerasInputs
 from tf_impl.layers import torch_gru, torch_rnn
-from tf_impl.seq2seq import masked_softmax
+from tf_impl.seq2seq import masked_softmax, over_time
 from tf_impl.serializable import CatalogueModel
 
 
@@ -21,7 +22,7 @@ def _dense(units: int, name: str, dtype, use_bias: bool = True) -> keras.layers.
     return keras.layers.Dense(units, use_bias=use_bias, name=name, dtype=dtype)
 
 
-class ReverseTaskBase(CatalogueModel, keras.Model):
+class ReverseTaskBase(KerasInputs, CatalogueModel, keras.Model):
     """What every model of document 001 shares: embeddings and recurrent layers on both sides.
 
     Attributes:
@@ -44,8 +45,10 @@ class ReverseTaskBase(CatalogueModel, keras.Model):
         self.dec_embeddings = keras.layers.Embedding(vocab_size, embedding_dim, name="dec_embeddings", dtype=dtype)
         self.decoder = self.rnn_factory(hidden_size, name="decoder", dtype=dtype)
 
-    def call(self, enc_inputs, dec_inputs):
+    def call(self, enc_inputs, dec_inputs=None, training=None):
         """The document's signature: `(B, S)`, `(B, T)` token ids -> logits `(B, T, V)`."""
+        if dec_inputs is None:  # Keras's one input (tf_impl.fitting): fit, evaluate, predict
+            return self.keras_call(enc_inputs, training)
         return self.decode(enc_inputs, dec_inputs)[0]
 
     def decode(self, enc_inputs, dec_inputs, training=False):
@@ -95,17 +98,18 @@ class BahdanauReverseTask(ReverseTaskBase):
         query_kernel, query_bias = self.query_projection()  # [H, A], [A]
         state_kernel = ops.concatenate([query_kernel, cell.recurrent_kernel], axis=1)  # [H, A + 3H]
         state_bias = ops.concatenate([query_bias, cell.bias[1]], axis=0)  # [A + 3H]
-        state, states, attention = enc_hidden, [], []  # s_{t-1}: [B, H]
-        for t in range(dec_emb.shape[1]):
+
+        def step(state, emb_share_t):  # s_{t-1}: [B, H]
             state_share = ops.matmul(state, state_kernel) + state_bias  # [B, A + 3H]
             query, hidden_share = state_share[:, :A], state_share[:, A:]  # [B, A], [B, 3H]
             probs = masked_softmax(additive_scores(self.v, keys, ops.expand_dims(query, 1)), None)  # [B, 1, S]
             context_vector = tap(CONTEXT_VECTORS, ops.squeeze(ops.matmul(probs, enc_out), 1))  # [B, 1, S] @ [B, S, H] -> [B, H]
-            input_share = emb_share[:, t] + ops.matmul(context_vector, cell.kernel[E:])  # [B, 3H]
+            input_share = emb_share_t + ops.matmul(context_vector, cell.kernel[E:])  # [B, 3H]
             state = gru_cell(input_share, hidden_share, state)  # [B, H]
-            states.append(state)
-            attention.append(probs)
-        return self.output_layer(ops.stack(states, axis=1)), ops.concatenate(attention, axis=1)  # [B, T, V], [B, T, S]
+            return state, (state, ops.squeeze(probs, 1))
+
+        _, (states, attention) = over_time(step, enc_hidden, emb_share)  # [B, T, H], [B, T, S]
+        return self.output_layer(states), attention  # [B, T, V], [B, T, S]
 
     def decode_as_written(self, enc_out, enc_hidden, dec_inputs):
         """The listing's loop: the score from scratch, the embedding and the output layer at every step."""

@@ -12,14 +12,34 @@ import numpy as np
 from keras import ops
 
 from shared.taps import ATTENTION_SCORES, ENCODER_OUTPUTS, ENCODER_STATE, tap
+from tf_impl.fitting import KerasInputs
 from tf_impl.serializable import CatalogueModel
 
 
-def source_mask(src_len, max_len: int):
-    """`(B, S)` True on real tokens, False on padding; None when the batch has no lengths."""
+def source_mask(src_len, max_len):
+    """`(B, S)` True on real tokens, False on padding; None when the batch has no lengths. `max_len`: S, an int
+    or (in a graph whose lengths vary) a scalar tensor."""
     if src_len is None:
         return None
-    return ops.arange(max_len)[None, :] < ops.expand_dims(ops.cast(src_len, "int32"), 1)  # [B, S]
+    return ops.arange(max_len, dtype="int32")[None, :] < ops.expand_dims(ops.cast(src_len, "int32"), 1)  # [B, S]
+
+
+def over_time(step, carry, inputs):
+    """`step(carry, inputs_t) -> (carry, outputs_t)` over axis 1 of `inputs` (a structure of `(B, T, ...)`
+    tensors); returns the last carry and the outputs stacked on axis 1.
+
+    A Python loop where T is known: eagerly, in a graph traced per shape, and always on JAX (shared.taps sees
+    every step). `ops.scan` where T is known only when it runs: Keras's `fit` on TensorFlow traces with the
+    lengths that vary between batches relaxed to None (and a padded `tf.data` batch has None lengths).
+    """
+    steps = keras.tree.flatten(inputs)[0].shape[1]
+    if steps is None:
+        return _scan_over_time(step, carry, inputs)
+    outputs = []
+    for t in range(steps):
+        carry, output = step(carry, keras.tree.map_structure(lambda x, t=t: x[:, t], inputs))
+        outputs.append(output)
+    return carry, keras.tree.map_structure(lambda *per_step: ops.stack(per_step, 1), *outputs)  # [B, T, ...]
 
 
 def masked_softmax(scores, mask):
@@ -38,21 +58,47 @@ def run_rnn(rnn, inputs, lengths, hidden=None, training=False):
     real token; a Bidirectional backward pass starts there), and our layers' `zero_output_for_mask`
     zeroes their outputs: what torch's packing does.
     """
-    mask = source_mask(lengths, inputs.shape[1])
+    mask = source_mask(lengths, ops.shape(inputs)[1])
     return rnn(inputs, initial_state=hidden, mask=mask, training=training)
 
 
-def _next_input(true_token, output, forced):
-    """The true token where teacher-forced (`forced` True or None), else the argmax of `output (B, V)`.
+def _scan_over_time(step, carry, inputs):
+    """`over_time` as one `ops.scan` for any T >= 1. The first step runs before the scan, whose carry is then
+    (carry, outputs): Keras's TensorFlow `scan` stacks outputs shaped as its carry only."""
+    first = step(carry, keras.tree.map_structure(lambda x: x[:, 0], inputs))  # (carry, outputs of step 0)
+    rest = keras.tree.map_structure(lambda x: ops.moveaxis(x[:, 1:], 1, 0), inputs)  # [T - 1, B, ...]
 
-    A tensor `forced` keeps the loop traceable once by tf.function for every schedule.
+    def scan_step(previous, inputs_t):
+        both = step(previous[0], inputs_t)
+        return both, both
+
+    (carry, _), (_, outputs) = ops.scan(scan_step, first, rest)  # outputs: [T - 1, B, ...]
+    joined = keras.tree.map_structure(lambda head, tail: ops.concatenate([head[None], tail], 0), first[1], outputs)
+    return carry, keras.tree.map_structure(lambda x: ops.moveaxis(x, 0, 1), joined)  # [B, T, ...]
+
+
+def _forced_steps(teacher_forcing, tgt_in):
+    """A schedule `(T - 1,)`, or one per row `(B, T - 1)`, as `(B, T)` booleans: entry t says whether step t + 1
+    reads the true token; the last column, whose next input nothing reads, True. None stays None.
+
+    A tensor schedule keeps the loop traceable once by tf.function for every schedule.
     """
+    if teacher_forcing is None:
+        return None
+    forced = ops.convert_to_tensor(teacher_forcing, "bool")
+    if len(forced.shape) == 1:
+        forced = ops.broadcast_to(forced[None, :], (ops.shape(tgt_in)[0], forced.shape[0]))  # [B, T - 1]
+    return ops.concatenate([forced, ops.ones_like(forced[:, :1])], axis=1)  # [B, T]
+
+
+def _next_input(true_token, output, forced):
+    """The true token where teacher-forced (`forced` True, or None), else the argmax of `output (B, V)`."""
     if forced is None:
         return true_token
     return ops.where(forced, true_token, ops.cast(ops.argmax(output, axis=-1), true_token.dtype))  # [B]
 
 
-class Seq2SeqBase(CatalogueModel, keras.Model):
+class Seq2SeqBase(KerasInputs, CatalogueModel, keras.Model):
     """An encoder and a decoder, and the decoding loops over `encode(src, src_len) -> (memory, hidden)`
     and a subclass's `features(x, hidden, memory) -> (features (B, *), hidden, attention (B, S))` and
     `project(features) -> logits` (the output layer).
@@ -82,7 +128,7 @@ class Seq2SeqBase(CatalogueModel, keras.Model):
         """Encoder outputs `(B, S, *)`, their padding mask `(B, S)` and the attention keys (None as written)."""
         tap(ENCODER_OUTPUTS, encoder_outputs)
         keys = None if self.as_written else self.decoder.attention.keys(encoder_outputs)
-        return encoder_outputs, source_mask(src_len, encoder_outputs.shape[1]), keys
+        return encoder_outputs, source_mask(src_len, ops.shape(encoder_outputs)[1]), keys
 
     def step(self, x, hidden, memory, training=False):
         """One decoder step: logits `(B, V)`, the next state, attention `(B, S)`."""
@@ -93,30 +139,35 @@ class Seq2SeqBase(CatalogueModel, keras.Model):
         """Logits `(B, T, V)` (step t predicts the token after `tgt_in[:, t]`) and attention `(B, T, S)`.
 
         Args:
-            teacher_forcing: `(T - 1,)` booleans from shared.teacher_forcing; entry t False feeds step
-                t + 1 the argmax of step t instead of `tgt_in[:, t + 1]`. None: always the true token.
+            teacher_forcing: `(T - 1,)` booleans from shared.teacher_forcing (or `(B, T - 1)`, one schedule
+                per row); entry t False feeds step t + 1 the argmax of step t instead of `tgt_in[:, t + 1]`.
+                None: always the true token.
             training: dropout on (torch's train mode).
         """
         memory, hidden = self.encode(src, src_len, training=training)
         if teacher_forcing is None and not self.as_written:
             return self.decode_teacher_forced(tgt_in, hidden, memory, training=training)
-        x, logits, attention = tgt_in[:, 0], [], []  # x: [B], <sos> first
-        for t in range(tgt_in.shape[1]):
+        forced = _forced_steps(teacher_forcing, tgt_in)  # [B, T] or None
+        true_next = ops.concatenate([tgt_in[:, 1:], tgt_in[:, :1]], axis=1)  # [B, T]: the last column is never read
+
+        def step(carry, inputs):
+            x, hidden = carry
             output, hidden, weights = self.step(x, hidden, memory, training=training)  # [B, V], ..., [B, S]
-            logits.append(output)
-            attention.append(weights)
-            if t + 1 < tgt_in.shape[1]:
-                x = _next_input(tgt_in[:, t + 1], output, None if teacher_forcing is None else teacher_forcing[t])
-        return ops.stack(logits, 1), ops.stack(attention, 1)  # [B, T, V], [B, T, S]
+            return (_next_input(inputs[0], output, None if forced is None else inputs[1]), hidden), (output, weights)
+
+        inputs = (true_next,) if forced is None else (true_next, forced)
+        _, (logits, attention) = over_time(step, (tgt_in[:, 0], hidden), inputs)  # <sos> first
+        return logits, attention  # [B, T, V], [B, T, S]
 
     def decode_teacher_forced(self, tgt_in, hidden, memory, training=False):
         """Every input known: the loop computes features only; the output layer runs once after it."""
-        features, attention = [], []
-        for t in range(tgt_in.shape[1]):
-            feature, hidden, weights = self.features(tgt_in[:, t], hidden, memory, training=training)  # [B, *], ..., [B, S]
-            features.append(feature)
-            attention.append(weights)
-        return self.project(ops.stack(features, 1)), ops.stack(attention, 1)  # [B, T, V], [B, T, S]
+
+        def step(hidden, x):
+            feature, hidden, weights = self.features(x, hidden, memory, training=training)  # [B, *], ..., [B, S]
+            return hidden, (feature, weights)
+
+        _, (features, attention) = over_time(step, hidden, tgt_in)
+        return self.project(features), attention  # [B, T, V], [B, T, S]
 
     def translate(self, src, src_len=None, *, max_len: int, sos_id: int, eos_id: int, pad_id: int):
         """Greedy decoding (document 003's `translate`, batched): token ids `(B, L)` and attention `(B, L, S)`.

@@ -91,7 +91,7 @@ class Encoder(keras.layers.Layer):
 
     def initialize_hidden_state(self, batch_size: int | None = None):
         """Zeros `(batch_sz, enc_units)` (or `(batch_size, ...)` for a batch of another size)."""
-        return ops.zeros((batch_size or self.batch_sz, self.enc_units), dtype=self.compute_dtype)
+        return ops.zeros((self.batch_sz if batch_size is None else batch_size, self.enc_units), dtype=self.compute_dtype)
 
 
 class Decoder(keras.layers.Layer):
@@ -131,12 +131,14 @@ class Decoder(keras.layers.Layer):
 class Seq2Seq(Seq2SeqBase):
     """The tutorial's loop around `Encoder` and `Decoder` (its `train_step` and `evaluate`), as a model."""
 
-    def call(self, inp, targ):
+    def call(self, inp, targ=None, training=None):
         """The tutorial's `train_step` forward: `inp (B, S)`, `targ (B, T)` -> logits `(B, T - 1, V)`."""
+        if targ is None:  # Keras's one input (tf_impl.fitting): fit, evaluate, predict
+            return self.keras_call(inp, training)
         return self.decode(inp, targ[:, :-1])[0]
 
     def encode(self, src, src_len=None, training=False):
-        enc_hidden = self.encoder.initialize_hidden_state(src.shape[0])  # [B, H]
+        enc_hidden = self.encoder.initialize_hidden_state(ops.shape(src)[0])  # [B, H]
         enc_output, enc_hidden = self.encoder(src, enc_hidden, src_len, training=training)  # [B, S, H], [B, H]
         return self.memory(enc_output, src_len), tap(ENCODER_STATE, enc_hidden)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 import keras
@@ -21,26 +21,28 @@ import tensorflow as tf
 from shared import catalogue
 from shared.training import MOMENTS, TrainSpec, check_optimizer_state
 from shared.validation import prepare
-from tf_impl.contract import _loss, _outputs, _tensors
-from tf_impl.optim import TorchAdam, clip_grad_norm, make_optimizer
+from tf_impl import fitting
+from tf_impl.optim import TorchAdam, make_optimizer
 from tf_impl.weights import assign_through_rules, get_grads, get_weights, leaves, set_weights
 
 NATIVE_SUFFIX = ".weights.h5"
 KERAS_SUFFIX = ".keras"  # the whole model: config, weights, optimizer
-MODES = ("eager", "function", "xla")  # function: one tf.function per update; xla: compiled with jit_compile=True
+MODES = ("eager", "function", "xla")  # Keras's training step eagerly, as a tf.function, compiled by XLA
 
 
 class Trainer:
-    """One optimiser over a catalogue model; `step` returns the loss before the update.
+    """One optimiser over a catalogue model, through Keras's own training step (`compile`, then
+    `train_on_batch`: the step `fit` runs); `step` returns the loss before the update.
 
-    In mode "function" (the default) the update runs as one tf.function, traced once per batch shape (a
-    teacher-forcing schedule is a tensor, so new schedules do not retrace); "xla" compiles it with XLA.
+    Mode "function" (the default) runs Keras's step as a tf.function, "xla" compiles it with XLA
+    (`jit_compile=True`), "eager" runs it eagerly (`run_eagerly=True`).
 
     Args:
         model, name: a model from `tf_impl.build` and its catalogue name.
-        loss: replaces the spec's loss `(spec, outputs, tensors) -> scalar` (tests pass naive ones).
+        loss: a Keras loss replacing the spec's (tests pass naive ones).
         mode: one of MODES.
     Attributes:
+        keras_model: what Keras trains: the model, or for document 000's bare layer a Model holding it.
         grad_norms: the global gradient norm of every step, before clipping.
     """
 
@@ -48,32 +50,35 @@ class Trainer:
         if mode not in MODES:
             raise ValueError(f"tf trains in mode {' or '.join(MODES)}, got {mode!r}")
         self.model, self.name, self.spec, self.mode = model, name, spec, mode
-        self.loss = loss or _loss
+        self.keras_model = model if hasattr(model, "train_on_batch") else fitting.AttentionTrainer(model)
+        self.loss = loss or self.keras_model.default_loss()
         self.variables = [variable for _, _, found in leaves(model) for variable in found.values()]
         self.optimizer = make_optimizer(spec)
-        self.optimizer.build(self.variables)
+        self.keras_model.compile(optimizer=self.optimizer, loss=self.loss, run_eagerly=mode == "eager", jit_compile=mode == "xla")
+        self.optimizer.build(self.keras_model.trainable_variables)
         self.grad_norms: list[float] = []
-        self._update = self._update_step if mode == "eager" else tf.function(self._update_step, jit_compile=mode == "xla")
-        self._forward = self._forward_loss  # compiled as part of `_update`
 
     def step(self, batch: Mapping, teacher_forcing=None) -> float:
-        spec, arrays, schedule = prepare(self.name, self.model.rosetta_config, batch, teacher_forcing, with_targets=True)
-        forced = None if schedule is None else tf.constant(schedule)
-        loss, norm = self._update(_tensors(self.model, arrays), forced)
-        self.grad_norms.append(float(norm))
+        """One update on `batch` (checked as `run` checks it) with the step's teacher-forcing schedule."""
+        inputs, targets = fitting.keras_batch(*self._prepare(batch, teacher_forcing))
+        loss = self.keras_model.train_on_batch(inputs, targets)
+        self.grad_norms.append(self.optimizer.grad_norm)
         return float(loss)
 
-    def _update_step(self, tensors: dict, forced):
-        """Forward with training=True (dropout on), gradients densified, clipped by the global norm, applied."""
-        with tf.GradientTape() as tape:
-            loss = self._forward(tensors, forced)
-        # densify: an Embedding's IndexedSlices hold one slice per occurrence, and Keras's ops square each
-        # slice before repeats are summed (wrong Adam second moments, wrong clipping norm)
-        gradients = [None if g is None else tf.convert_to_tensor(g) for g in tape.gradient(loss, self.variables)]
-        torch_clip = self.spec.clip_norm if self.spec.clipping == "global" else None
-        gradients, norm = clip_grad_norm(gradients, torch_clip)
-        self.optimizer.apply_gradients([(g, v) for g, v in zip(gradients, self.variables, strict=True) if g is not None])
-        return loss, norm
+    def train_epoch(self, steps: Iterable[tuple[Mapping, object]], after_step: Callable[[float], bool]) -> None:
+        """One `fit` epoch over `steps`, (batch, teacher-forcing schedule) pairs, each checked as `step` checks
+        it; `after_step(loss)` after each update (its norm in `grad_norms[-1]`) ends the epoch by returning False."""
+        keras_batches = fitting.Batches([fitting.keras_batch(*self._prepare(batch, schedule)) for batch, schedule in steps])
+        self.keras_model.fit(
+            keras_batches,
+            epochs=1,
+            shuffle=False,
+            verbose=0,
+            callbacks=[fitting.AfterStep(self.optimizer, self.grad_norms, after_step)],
+        )
+
+    def _prepare(self, batch: Mapping, schedule) -> tuple:
+        return prepare(self.name, self.model.rosetta_config, batch, schedule, with_targets=True)
 
     def optimizer_state(self) -> dict:
         """Adam's state in canonical layout: `step`, and `exp_avg`, `exp_avg_sq` keyed like the weights
@@ -86,21 +91,32 @@ class Trainer:
         load_adam_state(self.model, self.optimizer, state)
 
     def save_checkpoint(self, path) -> None:
-        """The model and Adam's state in the stack's own file, as `rosetta port --with-optimizer` reads it."""
-        (save_keras if str(path).endswith(KERAS_SUFFIX) else save_native)(self.model, path, self.optimizer_state())
+        """The model and Adam's state in the stack's own file (`.weights.h5` or `.keras`), as `rosetta port
+        --with-optimizer` reads it: written by the model compiled with this Trainer's optimizer (compiling
+        again would end a `fit` under way)."""
+        path, whole = Path(path), str(path).endswith(KERAS_SUFFIX)
+        if self.keras_model is not self.model:  # document 000's bare layer: its own holder, compiled for the file
+            return (save_keras if whole else save_native)(self.model, path, self.optimizer_state())
+        if not whole and not path.name.endswith(NATIVE_SUFFIX):
+            raise ValueError(f"{path}: a Keras checkpoint ends with {NATIVE_SUFFIX} or {KERAS_SUFFIX}")
+        write = (
+            (lambda t: keras.saving.save_model(self.model, t))
+            if whole
+            else (lambda t: self.model.save_weights(t, overwrite=True))
+        )
+        _write_atomic_with(write, path)
 
     def load_checkpoint(self, path) -> None:
         """Continue from a checkpoint file of this stack (weights, Adam's moments and step counter)."""
         if str(path).endswith(KERAS_SUFFIX):
             model, state = load_keras(path, with_optimizer=True)
             set_weights(self.model, get_weights(model))
-        else:
-            state = load_native(self.model, path, with_optimizer=True)
-        self.load_optimizer_state(state)
-
-    def _forward_loss(self, tensors: dict, forced):
-        spec = catalogue.get(self.name)
-        return self.loss(spec, _outputs(self.model, spec, tensors, forced, training=True), tensors)
+            return self.load_optimizer_state(state)
+        if self.keras_model is not self.model:
+            return self.load_optimizer_state(load_native(self.model, path, with_optimizer=True))
+        if not _has_optimizer_state(path):
+            raise ValueError(f"{path}: holds no optimizer state (a compiled model's save_weights writes it)")
+        _load_weights(self.model, path)  # compiled with this Trainer's optimizer: its slots load too
 
 
 def set_seed(seed: int) -> None:
@@ -196,11 +212,15 @@ def load_native(model, path: str | Path, with_optimizer: bool = False) -> dict |
         if not _has_optimizer_state(path):
             raise ValueError(f"{path}: holds no optimizer state (a compiled model's save_weights writes it)")
         optimizer = _compile_with_adam(owner, model)
+    _load_weights(owner, path)
+    return None if optimizer is None else {**adam_state(model, optimizer), "betas": None, "eps": None}
+
+
+def _load_weights(owner, path) -> None:
     try:
         owner.load_weights(str(path))
     except Exception as error:  # h5py and Keras raise OSError, ValueError, KeyError, ... for bad files
         raise ValueError(f"{path}: not loadable Keras weights for this model ({type(error).__name__}: {error})") from None
-    return None if optimizer is None else {**adam_state(model, optimizer), "betas": None, "eps": None}
 
 
 def save_keras(model, path: str | Path, optimizer_state: Mapping | None = None) -> None:

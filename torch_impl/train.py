@@ -7,7 +7,7 @@ in the stack's own format (`.pt`, a state_dict read back with `weights_only=True
 from __future__ import annotations
 
 import io
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -49,10 +49,20 @@ class Trainer:
         self._forward = torch.compile(self._forward_loss) if mode == "compile" else self._forward_loss
 
     def step(self, batch: Mapping, teacher_forcing=None) -> float:
-        spec, arrays, schedule = prepare(self.name, self.model.rosetta_config, batch, teacher_forcing, with_targets=True)
+        _, arrays, schedule = self._prepare(batch, teacher_forcing)
         loss, norm = self._update(_tensors(self.model, arrays), schedule)
         self.grad_norms.append(float(norm))
         return float(loss)
+
+    def train_epoch(self, steps: Iterable[tuple[Mapping, object]], after_step: Callable[[float], bool]) -> None:
+        """`step` on each (batch, teacher-forcing schedule) of `steps`; `after_step(loss)` after each update (its
+        norm in `grad_norms[-1]`) ends the epoch by returning False. Mirrors the Keras Trainer's `fit`."""
+        for batch, schedule in steps:
+            if not after_step(self.step(batch, schedule)):
+                return
+
+    def _prepare(self, batch: Mapping, schedule) -> tuple:
+        return prepare(self.name, self.model.rosetta_config, batch, schedule, with_targets=True)
 
     def _update_step(self, tensors: dict, forced):
         """Forward in train mode (dropout on), backward, clip by the global norm, Adam step."""
