@@ -28,7 +28,7 @@ def _import(stack: str):
         module = importlib.import_module(MODULES[stack])
     except ImportError as error:
         raise pytest.UsageError(f"ROSETTA_STACKS names {stack!r}, but {MODULES[stack]} cannot import: {error}") from error
-    if stack == "tf":
+    if stack == "tf" and module.backends.name() == "tensorflow":
         import tensorflow as tf
 
         tf.config.experimental.enable_tensor_float_32_execution(False)  # TF32 is on by default on GPUs
@@ -51,7 +51,10 @@ if len(STACKS) < 2:
         "test_port_layouts.py",
         "test_port_tf_layouts.py",
         "test_convert.py",
+        "test_fit.py",
     ]
+if len(STACKS) < 2 or STACK_MODULES["tf"].backends.name() == "tensorflow":
+    collect_ignore.append("test_backends.py")  # the keras-jax and keras-torch envs' (test_fit runs on TensorFlow)
 
 
 @pytest.fixture(params=STACKS)

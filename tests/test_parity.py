@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # Keras's `fit` on the models: torch needs no counterpart; references.py holds each stack's own tutorials (Trevett's
 # notebook in torch, TensorFlow's NMT tutorial in Keras), the models users bring, which mirror nothing
 STACK_SPECIFIC = {"tf_impl/layers.py", "tf_impl/optim.py", "tf_impl/serializable.py", "tf_impl/checkpoints.py",
-                  "tf_impl/fitting.py", "torch_impl/references.py", "tf_impl/references.py"}  # fmt: skip
+                  "tf_impl/fitting.py", "tf_impl/backends.py", "torch_impl/references.py", "tf_impl/references.py"}  # fmt: skip
 FRAMEWORK_METHODS = {"forward": "call"}  # the call method is the only name the frameworks decide
 # torch's training step is its own loop (forward, clipping, Adam); Keras's is Keras's own (`fit`'s step), on the model
 # compiled with TorchAdam: `keras_model`

@@ -1,4 +1,5 @@
-"""The contract of DESIGN.md for TensorFlow/Keras: build, get_weights, set_weights, run, loss_and_grads."""
+"""The contract of DESIGN.md for Keras: build, get_weights, set_weights, run, loss_and_grads (on any Keras 3
+backend: tf_impl/backends.py holds what differs)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,10 @@ from collections.abc import Mapping
 
 import keras
 import numpy as np
-import tensorflow as tf
 
 from shared import catalogue, taps
 from shared.validation import check_max_len, prepare
+from tf_impl import backends
 from tf_impl.weights import get_grads, get_weights, leaves, set_weights
 
 __all__ = ["build", "get_weights", "set_weights", "run", "trace", "loss_and_grads", "greedy"]
@@ -26,6 +27,7 @@ def build(name: str, dtype: str = "float32", as_written: bool = False, **overrid
     """
     spec = catalogue.get(name)
     config = catalogue.resolve_config(spec, dtype, overrides)
+    backends.check_dtype(dtype)
     factory = getattr(importlib.import_module(f"tf_impl.{spec.module}"), spec.factory)
     model = factory(**config, dtype=dtype)
     model.rosetta_name, model.rosetta_config = name, config
@@ -49,11 +51,13 @@ def _dummy_batch(spec: catalogue.ModelSpec, config: dict) -> dict[str, np.ndarra
     return {"src": np.zeros((1, 2), np.int64), "tgt_in": np.zeros((1, 1), np.int64)}
 
 
-def _tensors(model, arrays: Mapping[str, np.ndarray]) -> dict[str, tf.Tensor]:
-    return {key: tf.constant(a, dtype=model.compute_dtype if a.dtype.kind == "f" else "int64") for key, a in arrays.items()}
+def _tensors(model, arrays: Mapping[str, np.ndarray]) -> dict:
+    return {
+        key: keras.ops.convert_to_tensor(a, model.compute_dtype if a.dtype.kind == "f" else "int64") for key, a in arrays.items()
+    }
 
 
-def _outputs(model, spec: catalogue.ModelSpec, tensors: dict, schedule=None, training=False) -> dict[str, tf.Tensor]:
+def _outputs(model, spec: catalogue.ModelSpec, tensors: dict, schedule=None, training=False) -> dict:
     """The model's outputs on `tensors`; `training` turns dropout on (torch's train mode)."""
     if spec.interface == "attention":
         context, attention = model.attend(tensors["query"], tensors["values"])  # (B, T, De), (B, T, S)
@@ -63,7 +67,7 @@ def _outputs(model, spec: catalogue.ModelSpec, tensors: dict, schedule=None, tra
     return {"logits": logits} if attention is None else {"logits": logits, "attention": attention}
 
 
-def _loss(spec: catalogue.ModelSpec, outputs: dict, tensors: dict) -> tf.Tensor:
+def _loss(spec: catalogue.ModelSpec, outputs: dict, tensors: dict):
     """Cross-entropy from logits, mean over non-pad targets; for the bare attention layer, mean(context^2).
 
     `from_logits=True` (the models return logits, as torch's cross_entropy expects) and `ignore_class`
@@ -78,7 +82,9 @@ def _loss(spec: catalogue.ModelSpec, outputs: dict, tensors: dict) -> tf.Tensor:
 def run(model, name: str, batch: Mapping, teacher_forcing=None) -> dict[str, np.ndarray]:
     """Inference outputs (training=False) as numpy, batch-first: logits/context and attention."""
     spec, arrays, schedule = prepare(name, model.rosetta_config, batch, teacher_forcing)
-    return {key: value.numpy() for key, value in _outputs(model, spec, _tensors(model, arrays), schedule).items()}
+    return {
+        key: keras.ops.convert_to_numpy(value) for key, value in _outputs(model, spec, _tensors(model, arrays), schedule).items()
+    }
 
 
 def trace(model, name: str, batch: Mapping) -> dict[str, np.ndarray]:
@@ -99,26 +105,24 @@ def greedy(model, name: str, batch: Mapping, max_len: int = 50) -> dict[str, np.
     tokens, attention = model.translate(
         tensors["src"], tensors.get("src_len"), max_len=max_len, sos_id=spec.sos_id, eos_id=spec.eos_id, pad_id=spec.pad_id
     )
-    return {"tokens": tokens.numpy(), "attention": attention.numpy()}
+    return {"tokens": keras.ops.convert_to_numpy(tokens), "attention": keras.ops.convert_to_numpy(attention)}
 
 
 def loss_and_grads(model, name: str, batch: Mapping, teacher_forcing=None) -> tuple[float, dict]:
-    """The loss of `batch` and its gradient w.r.t. every canonical weight.
-
-    An Embedding's gradient arrives as tf.IndexedSlices with one slice per token occurrence;
-    `tf.convert_to_tensor` sums the repeats into the dense gradient torch reports.
-    """
+    """The loss of `batch` and its gradient w.r.t. every canonical weight, dense (an Embedding's repeated rows
+    summed, as torch reports them; backends.value_and_gradients on the backend Keras runs on)."""
     spec, arrays, schedule = prepare(name, model.rosetta_config, batch, teacher_forcing, with_targets=True)
     tensors = _tensors(model, arrays)
     variables = [var for _, _, found in leaves(model) for var in found.values()]
-    with tf.GradientTape() as tape:
-        loss = _loss(spec, _outputs(model, spec, tensors, schedule), tensors)
-    by_variable = dict(zip(map(id, variables), tape.gradient(loss, variables), strict=True))
-    return float(loss), get_grads(model, lambda variable: _dense(by_variable[id(variable)], variable))
+    loss, gradients = backends.value_and_gradients(
+        lambda: _loss(spec, _outputs(model, spec, tensors, schedule), tensors), variables
+    )
+    by_variable = dict(zip(map(id, variables), gradients, strict=True))
+    return float(keras.ops.convert_to_numpy(loss)), get_grads(model, lambda variable: _dense(by_variable[id(variable)], variable))
 
 
 def _dense(gradient, variable) -> np.ndarray:
-    """A gradient as a dense numpy array (IndexedSlices summed per row; None, for an unused weight, as 0)."""
+    """A gradient as a numpy array (None, for an unused weight, as 0)."""
     if gradient is None:
         return np.zeros(variable.shape, variable.dtype)
-    return tf.convert_to_tensor(gradient).numpy()
+    return np.asarray(keras.ops.convert_to_numpy(gradient))

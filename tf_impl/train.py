@@ -16,12 +16,11 @@ from pathlib import Path
 
 import keras
 import numpy as np
-import tensorflow as tf
 
 from shared import catalogue
 from shared.training import MOMENTS, TrainSpec, check_optimizer_state
 from shared.validation import prepare
-from tf_impl import fitting
+from tf_impl import backends, fitting
 from tf_impl.optim import TorchAdam, make_optimizer
 from tf_impl.weights import assign_through_rules, get_grads, get_weights, leaves, set_weights
 
@@ -54,7 +53,9 @@ class Trainer:
         self.loss = loss or self.keras_model.default_loss()
         self.variables = [variable for _, _, found in leaves(model) for variable in found.values()]
         self.optimizer = make_optimizer(spec)
-        self.keras_model.compile(optimizer=self.optimizer, loss=self.loss, run_eagerly=mode == "eager", jit_compile=mode == "xla")
+        # JAX's compiled step is jit (XLA) itself; TensorFlow's is a tf.function, XLA on request; torch's, torch.compile
+        jit = mode == "xla" or (mode == "function" and backends.name() == "jax")
+        self.keras_model.compile(optimizer=self.optimizer, loss=self.loss, run_eagerly=mode == "eager", jit_compile=jit)
         self.optimizer.build(self.keras_model.trainable_variables)
         self.grad_norms: list[float] = []
 
@@ -125,11 +126,8 @@ def set_seed(seed: int) -> None:
 
 
 def place(model) -> tuple[object, str]:
-    """TensorFlow places ops on the GPU by itself when one is visible; the model and that device's name."""
-    gpus = tf.config.list_physical_devices("GPU")
-    if not gpus:
-        return model, "cpu"
-    return model, f"gpu ({tf.config.experimental.get_device_details(gpus[0]).get('device_name', gpus[0].name)})"
+    """Keras's backend places arrays on the GPU by itself when one is visible; the model and that device's name."""
+    return model, backends.device()
 
 
 def _slot(optimizer, variable, moment: int):

@@ -61,7 +61,7 @@ def leaf(layer) -> tuple[str, dict] | None:
 
 def leaves(layer, prefix: str = "") -> Iterator[tuple[str, str, dict]]:
     """Every weight-owning leaf under `layer` as (canonical prefix, kind, variables), in attribute order."""
-    for attribute, value in vars(layer).items():
+    for attribute, value in _attributes(layer).items():
         if attribute.startswith("_"):
             continue
         path = f"{prefix}{attribute}"
@@ -70,6 +70,11 @@ def leaves(layer, prefix: str = "") -> Iterator[tuple[str, str, dict]]:
             yield (path, *found)
         elif isinstance(value, keras.layers.Layer):
             yield from leaves(value, f"{path}.")
+
+
+def _attributes(layer) -> dict:
+    """A layer's attributes; on Keras's torch backend its sublayers are torch modules, kept in `_modules`."""
+    return {**vars(layer), **getattr(layer, "_modules", {})}
 
 
 def _plan(model, rules: Mapping[str, LeafRule]):
