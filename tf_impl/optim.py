@@ -98,11 +98,15 @@ class TorchAdam(TorchClipping, keras.optimizers.Optimizer):
         step_size = ops.cast(self.torch_lr / bias_correction1, dtype)
         bias_correction2_sqrt = ops.cast(ops.sqrt(bias_correction2), dtype)
         gradient = ops.cast(gradient, dtype)
+        # the constants as tensors of the variable's dtype: Keras's torch backend makes a bare Python float a
+        # float32 tensor before it multiplies (0.999 off by 1.3e-8: float64 Adam drifted 1e-11 a step)
+        beta_2, keep_1, keep_2, eps = (ops.convert_to_tensor(c, dtype) for c in (
+            self.beta_2, 1.0 - self.beta_1, 1.0 - self.beta_2, self.epsilon))  # fmt: skip
         exp_avg = self._momentums[self._get_variable_index(variable)]
         exp_avg_sq = self._velocities[self._get_variable_index(variable)]
-        self.assign(exp_avg, exp_avg + (gradient - exp_avg) * (1.0 - self.beta_1))  # torch: exp_avg.lerp_
-        self.assign(exp_avg_sq, exp_avg_sq * self.beta_2 + gradient * gradient * (1.0 - self.beta_2))
-        denom = ops.sqrt(exp_avg_sq) / bias_correction2_sqrt + self.epsilon
+        self.assign(exp_avg, exp_avg + (gradient - exp_avg) * keep_1)  # torch: exp_avg.lerp_
+        self.assign(exp_avg_sq, exp_avg_sq * beta_2 + gradient * gradient * keep_2)
+        denom = ops.sqrt(exp_avg_sq) / bias_correction2_sqrt + eps
         self.assign_sub(variable, step_size * (exp_avg / denom))
 
     def get_config(self):
