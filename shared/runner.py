@@ -324,8 +324,8 @@ def _checkpoint(stack, trainer, run: RunConfig, corpus: data.Corpus, out: Path, 
     if log:
         _append_json_lines(out / LOSS_LOG, log)
         log.clear()
-    train_module, state = importlib.import_module(f"{stack.__name__}.train"), trainer.optimizer_state()
-    trainer.save_checkpoint(out / f"checkpoint{train_module.NATIVE_SUFFIX}")
+    train_module, state = importlib.import_module(f"{stack.__name__}.train"), trainer.optimizer_state()  # once for both
+    trainer.save_checkpoint(out / f"checkpoint{train_module.NATIVE_SUFFIX}", state)
     moments, optimizer_metadata = training.optimizer_tensors(state)
     metadata = {
         "model": run.model,

@@ -20,8 +20,9 @@ def draw(ratio: float, steps: int, rng: np.random.Generator) -> np.ndarray:
     return rng.random(steps) < ratio
 
 
-def check(spec: ModelSpec, schedule, target_length: int) -> np.ndarray | None:
-    """Validate a schedule for a target of `target_length` steps; None means always teacher-force."""
+def check(spec: ModelSpec, schedule, target_length: int, rows: int | None = None) -> np.ndarray | None:
+    """Validate a schedule for a target of `target_length` steps, `(T - 1,)`, or with `rows` one per batch row,
+    `(rows, T - 1)` (Keras's `fit` slices it with the batch); None means always teacher-force."""
     if schedule is None:
         return None
     if not spec.variable_length:
@@ -29,8 +30,7 @@ def check(spec: ModelSpec, schedule, target_length: int) -> np.ndarray | None:
     array = np.asarray(schedule)
     if array.dtype != bool and not (array.dtype.kind in "iu" and np.isin(array, (0, 1)).all()):
         raise ValueError(f"teacher_forcing must hold booleans, got dtype {array.dtype}")
-    if array.shape != (target_length - 1,):
-        raise ValueError(
-            f"teacher_forcing must have shape ({target_length - 1},) for {target_length} target steps, got {array.shape}"
-        )
+    expected = (target_length - 1,) if rows is None else (rows, target_length - 1)
+    if array.shape != expected:
+        raise ValueError(f"teacher_forcing must have shape {expected} for {target_length} target steps, got {array.shape}")
     return array.astype(bool)

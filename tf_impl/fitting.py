@@ -17,6 +17,7 @@ import keras
 import numpy as np
 
 from shared import catalogue
+from shared import teacher_forcing as schedules
 from shared.validation import check_batch
 
 INPUT_KEYS = ("src", "tgt_in", "src_len", "teacher_forcing")  # a tuple input holds them in this order
@@ -102,11 +103,7 @@ class KerasInputs(ModelDtypeMetrics):
     def keras_call(self, inputs, training=None):
         """Logits `(B, T, V)` of Keras's one input (see the class); `training` turns dropout on."""
         named = self.named_inputs(inputs)
-        extras = {}
-        if "src_len" in named:
-            extras["src_len"] = named["src_len"]
-        if "teacher_forcing" in named:
-            extras["teacher_forcing"] = named["teacher_forcing"]  # [B, T - 1]
+        extras = {key: named[key] for key in INPUT_KEYS[2:] if key in named}  # src_len [B], teacher_forcing [B, T - 1]
         return self.decode(named["src"], named["tgt_in"], **extras, training=bool(training))[0]
 
     def named_inputs(self, inputs) -> dict:
@@ -165,20 +162,9 @@ class KerasInputs(ModelDtypeMetrics):
         batch = {key: value for key, value in named.items() if key != "teacher_forcing"}
         if y is not None:
             batch["tgt_out"] = y
-        arrays = check_batch(catalogue.get(self.rosetta_name), self.rosetta_config, batch, with_targets=y is not None)
-        if "teacher_forcing" in named:
-            _check_schedules(np.asarray(named["teacher_forcing"]), arrays["tgt_in"].shape)
-
-
-def _check_schedules(schedules: np.ndarray, tgt_in_shape: tuple) -> None:
-    """`teacher_forcing`: booleans `(B, T - 1)` for `tgt_in (B, T)`."""
-    if schedules.dtype != bool and not (schedules.dtype.kind in "iu" and np.isin(schedules, (0, 1)).all()):
-        raise ValueError(f"teacher_forcing must hold booleans, got dtype {schedules.dtype}")
-    expected = (tgt_in_shape[0], tgt_in_shape[1] - 1)
-    if schedules.shape != expected:
-        raise ValueError(
-            f"teacher_forcing must have shape {expected} (one schedule per row) for tgt_in {tgt_in_shape}, got {schedules.shape}"
-        )
+        spec = catalogue.get(self.rosetta_name)
+        rows, length = check_batch(spec, self.rosetta_config, batch, with_targets=y is not None)["tgt_in"].shape
+        schedules.check(spec, named.get("teacher_forcing"), length, rows=rows)
 
 
 class Batches(keras.utils.PyDataset):

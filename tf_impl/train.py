@@ -91,13 +91,13 @@ class Trainer:
         """Continue from another Trainer's `optimizer_state` (either stack): moments and step counter."""
         load_adam_state(self.model, self.optimizer, state)
 
-    def save_checkpoint(self, path) -> None:
+    def save_checkpoint(self, path, state: Mapping | None = None) -> None:
         """The model and Adam's state in the stack's own file (`.weights.h5` or `.keras`), as `rosetta port
         --with-optimizer` reads it: written by the model compiled with this Trainer's optimizer (compiling
-        again would end a `fit` under way)."""
+        again would end a `fit` under way; `state`, the canonical one, serves only document 000's bare layer)."""
         path, whole = Path(path), str(path).endswith(KERAS_SUFFIX)
         if self.keras_model is not self.model:  # document 000's bare layer: its own holder, compiled for the file
-            return (save_keras if whole else save_native)(self.model, path, self.optimizer_state())
+            return (save_keras if whole else save_native)(self.model, path, state or self.optimizer_state())
         if not whole and not path.name.endswith(NATIVE_SUFFIX):
             raise ValueError(f"{path}: a Keras checkpoint ends with {NATIVE_SUFFIX} or {KERAS_SUFFIX}")
         write = (

@@ -83,9 +83,10 @@ class Trainer:
         """Continue from another Trainer's `optimizer_state` (either stack): moments and step counter."""
         load_adam_state(self.model, self.optimizer, state)
 
-    def save_checkpoint(self, path) -> None:
-        """The model and Adam's state in the stack's own file, as `rosetta port --with-optimizer` reads it."""
-        save_native(self.model, path, self.optimizer_state())
+    def save_checkpoint(self, path, state: Mapping | None = None) -> None:
+        """The model and Adam's state in the stack's own file, as `rosetta port --with-optimizer` reads it
+        (`state`: this Trainer's `optimizer_state()` where the caller holds it already)."""
+        save_native(self.model, path, state or self.optimizer_state())
 
     def load_checkpoint(self, path) -> None:
         """Continue from a checkpoint file of this stack (weights, Adam's moments and step counter)."""
