@@ -36,12 +36,25 @@ def _fixtures(args) -> int:
     return 1 if args.check and changed else 0
 
 
+def _use_backend(backend: str | None) -> None:
+    """Name Keras's backend before tf_impl first imports Keras (JAX: x64 on, unless the caller set it)."""
+    if backend is None:
+        return
+    if "keras" in sys.modules and sys.modules["keras"].backend.backend() != backend:
+        raise SystemExit(f"rosetta: Keras already runs on {sys.modules['keras'].backend.backend()}, not {backend}")
+    os.environ["KERAS_BACKEND"] = backend
+    if backend == "jax":
+        os.environ.setdefault("JAX_ENABLE_X64", "1")  # float64 models: JAX computes float64 only with x64
+
+
 def _equality(args) -> int:
     import torch  # noqa: F401  (torch before tensorflow in one process)
 
     from shared import equality, training
 
+    _use_backend(args.backend)
     stacks = [importlib.import_module(module) for module in ("torch_impl", "tf_impl")]
+    backend = stacks[1].backends.name()
     names = args.models or catalogue.built()
     outputs = {}  # (name, dtype) -> both stacks' fixture outputs, for the report's heatmaps
 
@@ -49,7 +62,8 @@ def _equality(args) -> int:
         return equality.compare_stacks(name, dtype, *stacks, outputs=outputs.setdefault((name, dtype), {}))
 
     rows, failures = _measure(names, compare)
-    title = "Max |torch - tf| on the golden fixtures (outputs, loss: float64 <= 1e-12, float32 <= 1e-5 + 1e-5 rel)"
+    keras_on = "" if backend == "tensorflow" else f", Keras on {backend}"
+    title = f"Max |torch - tf| on the golden fixtures{keras_on} (outputs, loss: float64 <= 1e-12, float32 <= 1e-5 + 1e-5 rel)"
     sections, curves = [(title, "equality", rows)], {}
     if args.training:
 
@@ -59,10 +73,11 @@ def _equality(args) -> int:
         trained, failed = _measure(names, record)
         trained = {key: {q: v for q, v in row.items() if q != "clipped steps"} for key, row in trained.items()}
         steps = training.EQUALITY_STEPS
-        title = f"Max |torch - tf| after {steps} training steps (loss curve, weights: float64 <= 1e-9, float32 <= 1e-5)"
+        title = f"Max |torch - tf| after {steps} training steps{keras_on} (loss curve, weights: float64 <= 1e-9, float32 <= 1e-5)"
         sections.append((title, "training", trained))
         failures += failed
-        sections.append(_drift_section(stacks, training))
+        if backend == "tensorflow":  # the naive setups drift by Keras's optimizer rules: once, on TensorFlow
+            sections.append(_drift_section(stacks, training))
     lines = [line for title, _, table in sections for line in (f"# {title}", "", *equality.maxima_table(table), "")]
     text = "\n".join([*lines, *(f"FAILED: {failure}" for failure in failures)]).rstrip() + "\n"
     print(text, end="")
@@ -73,12 +88,13 @@ def _equality(args) -> int:
         for _, block, table in sections:
             _replace_block(Path(args.readme), block, "\n".join(equality.maxima_table(table)))
     if args.json:
-        _write_json(args.json, _equality_record(sections, outputs, curves, failures))
+        _write_json(args.json, _equality_record(sections, outputs, curves, failures, backend))
     return 1 if failures else 0
 
 
-def _equality_record(sections, outputs: dict, curves: dict, failures: list[str]) -> dict:
-    """What `rosetta report` reads: the maxima as tidy rows, both training curves, the fixture attention."""
+def _equality_record(sections, outputs: dict, curves: dict, failures: list[str], backend: str) -> dict:
+    """What `rosetta report` reads: the maxima as tidy rows, both training curves, the fixture attention, and the
+    Keras backend the tf stack ran on."""
 
     def tidy(table):
         return [{"model": m, "dtype": d, "quantity": q, "max_abs": v} for (m, d), row in table.items() for q, v in row.items()]
@@ -95,6 +111,7 @@ def _equality_record(sections, outputs: dict, curves: dict, failures: list[str])
     ]
     return {
         "schema": 1,
+        "backend": backend,
         "outputs": tidy(maxima),
         "greedy": greedy,
         "training": tidy(tables.get("training", {})),
@@ -308,12 +325,15 @@ def _bench(args) -> int:
 def _report(args) -> int:
     from shared import report
 
-    written = report.write_report(args.results, args.output, equality_path=args.equality, training_dir=args.training)
+    written = report.write_report(
+        args.results, args.output, equality_path=args.equality, training_dir=args.training, backend_paths=args.backends
+    )
     print(f"rosetta: report written to {Path(args.output) / 'README.md'}")
     for note in written["missing"]:
         print(f"  missing: {note}")
     if args.readme:
         _replace_block(Path(args.readme), "report", written["headline"])
+        _replace_block(Path(args.readme), "models", written["models"])
     return 0
 
 
@@ -394,8 +414,14 @@ def _add_bench_and_report(commands) -> None:
     report.add_argument("--results", default="reports/results")
     report.add_argument("--equality", default="reports/equality.json")
     report.add_argument("--training", default="reports/training")
+    report.add_argument(
+        "--backends",
+        nargs="*",
+        default=["reports/equality-jax.json", "reports/equality-torch.json"],
+        help="equality files of Keras's other backends (rosetta equality --backend)",
+    )
     report.add_argument("--output", default="reports")
-    report.add_argument("--readme", help="also fill the headline table into this README's report block")
+    report.add_argument("--readme", help="also fill the headline table and the model table into this README's blocks")
     report.set_defaults(func=_report)
 
 
@@ -413,6 +439,9 @@ def main(argv: list[str] | None = None) -> int:
     equality.add_argument("--readme", help="also fill the table into this README's results block")
     equality.add_argument("--training", action="store_true", help="also train both stacks 200 steps per model and compare")
     equality.add_argument("--json", help="also write the maxima, training curves and fixture attention here (for rosetta report)")
+    equality.add_argument(
+        "--backend", choices=["tensorflow", "jax", "torch"], help="Keras's backend (default: $KERAS_BACKEND, else tensorflow)"
+    )
     equality.set_defaults(func=_equality)
     _add_bench_and_report(commands)
     _add_port(commands)

@@ -72,6 +72,7 @@ EQUALITY_FIELDS = {
     "attention": ("model", "torch", "tf"),
 }
 SUMMARY_FIELDS = ("model", "stack", "dataset", "steps")
+BACKENDS = {"tensorflow": "Keras on TensorFlow", "jax": "Keras on JAX", "torch": "Keras on torch"}  # Keras 3's
 NO_RESULTS = "No benchmark results: no readable result file was found."
 NO_GPU = "No GPU results: no run on a machine with a GPU has been recorded."
 
@@ -146,6 +147,7 @@ class Inputs:
     equality_name: str
     summaries: list[dict] | None
     missing: list[str]
+    backends: dict = field(default_factory=dict)  # Keras backend -> its equality measurements (TensorFlow's too)
 
 
 @dataclass
@@ -168,7 +170,7 @@ class Tables:
         return [_markdown(self.shown[name], self.kinds[name]), ""] if name in self.shown else []
 
 
-def write_report(results_dir, output_dir, *, equality_path=None, training_dir=None) -> dict:
+def write_report(results_dir, output_dir, *, equality_path=None, training_dir=None, backend_paths=()) -> dict:
     """Write the comparison report to `output_dir` (README.md, csv/<table>.csv, figures/*.png).
 
     Args:
@@ -176,13 +178,15 @@ def write_report(results_dir, output_dir, *, equality_path=None, training_dir=No
         output_dir: where the report goes; created if needed.
         equality_path: the equality measurements (JSON); None or missing: "not measured".
         training_dir: the folder of training summaries (`*.json`); None: no loss section data.
+        backend_paths: equality measurements on Keras's other backends (`rosetta equality --backend`).
     Returns:
-        {"headline": the headline table as markdown, "tables": {name: DataFrame}, "missing": [notes]}.
+        {"headline": the headline table as markdown, "tables": {name: DataFrame}, "missing": [notes],
+        "models": the README's model table (markdown), a column per Keras backend}.
     """
     output = Path(output_dir)
     for folder in (output / "csv", output / "figures"):
         folder.mkdir(parents=True, exist_ok=True)
-    inputs = read_inputs(results_dir, equality_path, training_dir)
+    inputs = read_inputs(results_dir, equality_path, training_dir, backend_paths)
     tables, context = build_tables(inputs)
     figures = write_figures(inputs, context, output / "figures")
     for name, table in tables.numeric.items():
@@ -190,20 +194,23 @@ def write_report(results_dir, output_dir, *, equality_path=None, training_dir=No
         write_atomic(output / "csv" / f"{name}.csv", text.encode())
     write_atomic(output / "README.md", render_readme(inputs, tables, context, figures).encode())
     headline = _markdown(tables.shown["headline"])
-    return {"headline": headline, "tables": dict(tables.numeric), "missing": list(inputs.missing)}
+    models = models_table(inputs.backends)
+    return {"headline": headline, "tables": dict(tables.numeric), "missing": list(inputs.missing), "models": models}
 
 
 # ---------------------------------------------------------------- reading
 
 
-def read_inputs(results_dir, equality_path=None, training_dir=None) -> Inputs:
+def read_inputs(results_dir, equality_path=None, training_dir=None, backend_paths=()) -> Inputs:
     """Read every input; what cannot be used is skipped and noted in `missing`."""
     missing: list[str] = []
     rows, environments = load_results(results_dir, missing)
     equality = load_equality(equality_path, missing)
     summaries = load_summaries(training_dir, missing)
     name = Path(equality_path).name if equality_path is not None else ""
-    return Inputs(rows, environments, equality, name, summaries, missing)
+    measured = [equality, *(load_equality(path, missing) for path in backend_paths)]
+    backends = {found["backend"]: found for found in measured if found is not None}
+    return Inputs(rows, environments, equality, name, summaries, missing, backends)
 
 
 def _read_json(path: Path) -> tuple[object, str | None]:
@@ -321,7 +328,12 @@ def load_equality(path, missing: list[str]) -> dict | None:
     if reason:
         missing.append(f"equality file {path.name}: {reason}")
         return None
-    return {section: _section_entries(section, data.get(section), missing) for section in EQUALITY_FIELDS}
+    sections = {section: _section_entries(section, data.get(section), missing) for section in EQUALITY_FIELDS}
+    backend = data.get("backend", "tensorflow")  # files before the backends were measured: TensorFlow's
+    if backend not in BACKENDS:
+        missing.append(f"equality file {path.name}: backend {backend!r} is not one of {', '.join(BACKENDS)}")
+        return None
+    return {**sections, "backend": backend, "failures": [str(f) for f in data.get("failures") or []]}
 
 
 def _section_entries(section: str, entries, missing: list[str]) -> list[dict]:
@@ -482,6 +494,7 @@ def build_tables(inputs: Inputs) -> tuple[Tables, dict | None]:
     tables.add("headline", headline)
     for name, table in equality_tables(inputs.equality).items():
         tables.add(name, table, kind="err")
+    tables.add("equality_backends", backend_table(inputs.backends), kind="err")
     tables.add("loss", loss_table(inputs.summaries or []))
     for task in TASKS:
         tables.add(f"speed_{task}", *speed_table(inputs.rows, task))
@@ -580,6 +593,58 @@ def equality_tables(equality: dict | None) -> dict:
         outputs = _ordered(outputs.merge(greedy, on=["model", "dtype"], how="outer"), ["model", "dtype"])
     training = _quantity_pivot(equality["training"])
     return {"equality_outputs": outputs if outputs is not None else greedy, "equality_training": training}
+
+
+def _backend_maxima(equality: dict) -> dict[tuple[str, str], float]:
+    """The largest |torch - Keras| per (model, dtype) over every quantity: outputs and the 200-step training."""
+    maxima: dict[tuple[str, str], float] = {}
+    for entry in equality["outputs"] + equality["training"]:
+        key = entry["model"], entry["dtype"]
+        maxima[key] = max(maxima.get(key, 0.0), float(entry["max_abs"]))
+    return maxima
+
+
+def backend_table(backends: dict):
+    """Per model x dtype, the largest |torch - Keras| on each Keras backend measured (a column each); None if none."""
+    import pandas as pd
+
+    if not backends:
+        return None
+    maxima = {backend: _backend_maxima(equality) for backend, equality in backends.items()}
+    keys = sorted(
+        {key for found in maxima.values() for key in found}, key=lambda k: (_rank_key("model", k[0]), _rank_key("dtype", k[1]))
+    )
+    records = [
+        {"model": m, "dtype": d, **{label: maxima[b].get((m, d), math.nan) for b, label in BACKENDS.items() if b in maxima}}
+        for m, d in keys
+    ]
+    return pd.DataFrame(records)
+
+
+def models_table(backends: dict) -> str:
+    """The README's model table: the catalogue, and per Keras backend the largest |torch - Keras| of each model
+    (float64 · float32) over outputs, attention, loss, gradients, greedy attention and the 200-step training."""
+    lines = [
+        "| catalogue name | document | document classes | module (torch_impl/, tf_impl/) | "
+        + " | ".join(BACKENDS.values())
+        + " |",
+        "|---|---|---|---|" + "---:|" * len(BACKENDS),
+    ]
+    maxima = {backend: _backend_maxima(equality) for backend, equality in backends.items()}
+    for name, spec in catalogue.CATALOGUE.items():
+        cells = [_backend_cell(name, maxima.get(backend), backends.get(backend)) for backend in BACKENDS]
+        lines.append(f"| `{name}` | {spec.document} | {spec.doc_class} | `{spec.module}.py` | {' | '.join(cells)} |")
+    return "\n".join(lines)
+
+
+def _backend_cell(name: str, maxima: dict | None, equality: dict | None) -> str:
+    """float64 · float32 maxima of one model on one backend; "failed" if a comparison of it failed."""
+    if maxima is None:
+        return "not measured"
+    if any(failure.startswith(f"{name} ") for failure in equality["failures"]):
+        return "failed"
+    values = [maxima.get((name, dtype)) for dtype in ("float64", "float32")]
+    return " · ".join("-" if value is None else f"{value:.1e}" for value in values)
 
 
 def _quantity_pivot(entries: list[dict]):
@@ -927,7 +992,23 @@ def _equality_section(inputs: Inputs, tables: Tables) -> list[str]:
     lines += [f"Max |torch - TF| per quantity on the golden fixtures, from `{inputs.equality_name}`.", ""]
     lines += tables.markdown("equality_outputs") or ["No output or greedy comparisons in the equality file.", ""]
     lines += ["### After training (both stacks from the same weights and batches)", ""]
-    return lines + (tables.markdown("equality_training") or ["No training comparisons in the equality file.", ""])
+    lines += tables.markdown("equality_training") or ["No training comparisons in the equality file.", ""]
+    return lines + _backends_section(inputs, tables)
+
+
+def _backends_section(inputs: Inputs, tables: Tables) -> list[str]:
+    """The same comparisons with the Keras models on each Keras 3 backend, a column each, and their failures."""
+    lines = ["### On each Keras 3 backend", ""]
+    if "equality_backends" not in tables.numeric:
+        return [*lines, "No backend measured.", ""]
+    lines += [
+        "The same tf_impl models with Keras on each backend (`rosetta equality --backend`): the largest |torch - "
+        "Keras| over outputs, attention, loss, gradients, greedy attention and the 200-step training, per model.",
+        "",
+        *tables.markdown("equality_backends"),
+    ]
+    failed = [f"{BACKENDS[b]}: {failure}" for b, equality in inputs.backends.items() for failure in equality["failures"]]
+    return lines + ([f"Failed: {'; '.join(failed)}.", ""] if failed else [])
 
 
 def _loss_section(inputs: Inputs, tables: Tables) -> list[str]:

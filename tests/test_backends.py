@@ -5,6 +5,7 @@ backend): the same code as on TensorFlow, proven against torch_impl. Those envs 
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -15,10 +16,10 @@ import pytest
 
 import tf_impl
 import torch_impl
-from shared import catalogue, fixtures, training
+from shared import training
 from shared.training import EQUALITY_SPEC
-from tf_impl import backends, fitting
-from tf_impl.optim import TorchAdam
+from tests import keras_fit
+from tf_impl import backends
 
 BACKEND = backends.name()
 
@@ -32,25 +33,9 @@ def test_keras_runs_on_the_backend_the_env_names():
 def test_fit_follows_torchs_training_loop_on_this_backend(name):
     """200 `fit` steps on a dict of numpy arrays, TorchAdam with torch's clipping, float64 (JAX with x64)."""
     dtype, steps = "float64", training.EQUALITY_STEPS
-    config = {**catalogue.get(name).fixture_config}
-    config.update({"dropout": 0.0} if "dropout" in config else {})
-    model = tf_impl.build(name, dtype, **config)
-    tf_impl.set_weights(model, fixtures.load_golden(name).weights)
-    model.compile(optimizer=TorchAdam(EQUALITY_SPEC.lr, clip_grad_norm=EQUALITY_SPEC.clip_norm), loss=fitting.loss_for(model))
-    batches = list(training.fixture_batches(name, steps))
-    schedules = training.step_schedules(name, EQUALITY_SPEC, batches)
-    pairs = [fitting.keras_batch(catalogue.get(name), b, s) for b, s in zip(batches, schedules, strict=True)]
-    x = {key: np.concatenate([inputs[key] for inputs, _ in pairs]) for key in pairs[0][0]}
-    y = np.concatenate([targets for _, targets in pairs])
-    losses = []
-    step_losses = keras.callbacks.LambdaCallback(
-        on_train_batch_begin=lambda batch, logs: model.reset_metrics(),
-        on_train_batch_end=lambda batch, logs: losses.append(float(logs["loss"])),
-    )
-    model.fit(x, y, batch_size=len(batches[0]["src"]), shuffle=False, verbose=0, callbacks=[step_losses])
+    curve, weights = keras_fit.fit_fixture(name, dtype, keras_fit.torch_adam(), steps)
     reference = training.train_fixture(torch_impl, name, dtype, steps, EQUALITY_SPEC)
-    candidate = {"curve": np.array(losses), "weights": tf_impl.get_weights(model)}
-    training.assert_trained_alike(name, dtype, reference, candidate, steps)
+    training.assert_trained_alike(name, dtype, reference, {"curve": curve, "weights": weights}, steps)
 
 
 def test_negative_control_kerass_own_promotion_computes_float64_in_float32():
@@ -77,3 +62,22 @@ def test_float64_without_jax_x64_is_refused():
     env = {**os.environ, "JAX_ENABLE_X64": "0"}
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False)
     assert result.returncode != 0 and "set JAX_ENABLE_X64=1" in result.stderr
+
+
+def test_rosetta_equality_measures_on_the_backend_it_names(tmp_path):
+    """What the model table's backend columns come from: `rosetta equality --backend`, its JSON naming it."""
+    output = tmp_path / "equality.json"
+    command = [sys.executable, "-m", "shared.cli", "equality", "reverse_rnn", "--backend", BACKEND, "--json", str(output)]
+    env = {key: value for key, value in os.environ.items() if key != "KERAS_BACKEND"}  # the flag alone names it
+    subprocess.run(command, env=env, capture_output=True, text=True, check=True)
+    record = json.loads(output.read_text())
+    assert record["backend"] == BACKEND and not record["failures"]
+    assert {(e["model"], e["dtype"]) for e in record["outputs"]} == {("reverse_rnn", "float64"), ("reverse_rnn", "float32")}
+
+
+def test_rosetta_equality_refuses_a_backend_other_than_the_one_keras_runs_on():
+    from shared import cli
+
+    other = next(name for name in backends.BACKENDS if name != BACKEND)
+    with pytest.raises(SystemExit, match=f"Keras already runs on {BACKEND}, not {other}"):
+        cli.main(["equality", "reverse_rnn", "--backend", other])

@@ -22,6 +22,7 @@ from shared import catalogue, fixtures, training
 from shared.equality import assert_close
 from shared.porting import port
 from shared.training import EQUALITY_SPEC
+from tests import keras_fit
 from tf_impl import fitting, optim
 from tf_impl.optim import KerasAdam, TorchAdam
 from tf_impl.train import Trainer
@@ -29,56 +30,6 @@ from tf_impl.train import Trainer
 FIT_STEPS = training.EQUALITY_STEPS
 CONTROL_STEPS = 20
 BOUNDS = {"float64": 1e-9, "float32": 1e-5}  # the issue's: 200 fit steps against torch's loop
-
-
-class StepLosses(keras.callbacks.Callback):
-    """Each step's own loss: Keras's logs hold the epoch's running mean unless the metrics reset before a step."""
-
-    def __init__(self):
-        super().__init__()
-        self.losses = []
-
-    def on_train_batch_begin(self, batch, logs=None):
-        self.model.reset_metrics()
-
-    def on_train_batch_end(self, batch, logs=None):
-        self.losses.append(float(logs["loss"]))
-
-
-def _fixture_model(name: str, dtype: str):
-    config = {**catalogue.get(name).fixture_config}
-    config.update({"dropout": 0.0} if "dropout" in config else {})  # dropout masks cannot match across stacks
-    model = tf_impl.build(name, dtype, **config)
-    tf_impl.set_weights(model, fixtures.load_golden(name).weights)
-    return model
-
-
-def _fixture_arrays(name: str, steps: int) -> tuple[dict, np.ndarray, int]:
-    """The fixture batches of shared.training, joined into the arrays a Keras user hands `fit` (each step's
-    teacher-forcing schedule repeated on its rows), the targets, and the batch size that splits them back."""
-    batches = list(training.fixture_batches(name, steps))
-    schedules = training.step_schedules(name, EQUALITY_SPEC, batches)
-    inputs = [
-        fitting.keras_batch(catalogue.get(name), batch, schedule) for batch, schedule in zip(batches, schedules, strict=True)
-    ]
-    x = {key: np.concatenate([x[key] for x, _ in inputs]) for key in inputs[0][0]}
-    return x, np.concatenate([y for _, y in inputs]), len(batches[0]["src"])
-
-
-def _fit(name: str, dtype: str, optimizer, steps: int, as_tuple: bool = False) -> tuple[np.ndarray, dict]:
-    """`fit` as a user writes it: compile with `optimizer` and the masked loss, one epoch over numpy arrays."""
-    model = _fixture_model(name, dtype)
-    model.compile(optimizer=optimizer, loss=fitting.loss_for(model))
-    x, y, batch_size = _fixture_arrays(name, steps)
-    if as_tuple:
-        x = tuple(x[key] for key in fitting.INPUT_KEYS if key in x)
-    losses = StepLosses()
-    model.fit(x, y, batch_size=batch_size, epochs=1, shuffle=False, verbose=0, callbacks=[losses])
-    return np.array(losses.losses), tf_impl.get_weights(model)
-
-
-def _torch_adam():
-    return TorchAdam(EQUALITY_SPEC.lr, clip_grad_norm=EQUALITY_SPEC.clip_norm)
 
 
 # test_training proves every model through Keras's training step (Trainer.step: `train_on_batch`, the step `fit`
@@ -89,7 +40,7 @@ def _torch_adam():
 )
 def test_200_fit_steps_follow_torchs_training_loop(name, as_tuple, dtype):
     reference = training.train_fixture(torch_impl, name, dtype, FIT_STEPS, EQUALITY_SPEC)
-    curve, weights = _fit(name, dtype, _torch_adam(), FIT_STEPS, as_tuple=as_tuple)
+    curve, weights = keras_fit.fit_fixture(name, dtype, keras_fit.torch_adam(), FIT_STEPS, as_tuple=as_tuple)
     maxima = training.assert_trained_alike(name, dtype, reference, {"curve": curve, "weights": weights}, FIT_STEPS)
     assert maxima["loss curve"] <= BOUNDS[dtype], maxima
 
@@ -106,14 +57,14 @@ def test_200_fit_steps_follow_torchs_training_loop(name, as_tuple, dtype):
 def test_negative_controls_through_fit_are_caught(setup, optimizer):
     """The same comparison refuses each naive Keras setup (epsilon hat; clipping by another rule)."""
     reference = training.train_fixture(torch_impl, "reverse_bahdanau", "float64", CONTROL_STEPS, EQUALITY_SPEC)
-    curve, _ = _fit("reverse_bahdanau", "float64", optimizer(), CONTROL_STEPS)
+    curve, _ = keras_fit.fit_fixture("reverse_bahdanau", "float64", optimizer(), CONTROL_STEPS)
     with pytest.raises(AssertionError, match="max \\|diff\\|"):
         assert_close(curve, reference["curve"], BOUNDS["float64"], what=setup)
 
 
 def test_a_float64_fit_reports_float64_losses():
     """compile keeps the loss tracker in the model's dtype: Keras's floatx would round the curve to float32."""
-    curve, _ = _fit("reverse_rnn", "float64", _torch_adam(), 3)
+    curve, _ = keras_fit.fit_fixture("reverse_rnn", "float64", keras_fit.torch_adam(), 3)
     reference = training.train_fixture(torch_impl, "reverse_rnn", "float64", 3, EQUALITY_SPEC)["curve"]
     assert_close(curve, reference, 1e-12, what="float64 fit losses")
     assert not np.array_equal(reference, reference.astype(np.float32))  # the control: float32 would differ
@@ -142,8 +93,8 @@ def _padded_dataset(name: str, batch: dict) -> tf.data.Dataset:
 def test_predict_and_evaluate_equal_run_for_every_input_form(name):
     """dict and tuple, numpy and padded tf.data (traced with unknown lengths: over_time's scan) all give `run`'s
     logits and the contract's loss, float64."""
-    model = _fixture_model(name, "float64")
-    model.compile(optimizer=_torch_adam(), loss=fitting.loss_for(model))
+    model = keras_fit.fixture_model(name, "float64")
+    model.compile(optimizer=keras_fit.torch_adam(), loss=fitting.loss_for(model))
     batch = fixtures.load_golden(name).batch
     expected = tf_impl.run(model, name, batch)["logits"]
     loss, _ = tf_impl.loss_and_grads(model, name, batch)
@@ -164,12 +115,12 @@ def test_fit_on_padded_tf_data_follows_the_static_loop():
     """A padded tf.data pipeline (lengths None when traced: the decoder's `ops.scan`) trains as `step` does."""
     name = "luong_general"
     batch = fixtures.load_golden(name).batch
-    expected_model = _fixture_model(name, "float64")
+    expected_model = keras_fit.fixture_model(name, "float64")
     trainer = Trainer(expected_model, name, EQUALITY_SPEC)
     expected = [trainer.step(batch) for _ in range(3)]
-    model = _fixture_model(name, "float64")
-    model.compile(optimizer=_torch_adam(), loss=fitting.loss_for(model))
-    losses = StepLosses()
+    model = keras_fit.fixture_model(name, "float64")
+    model.compile(optimizer=keras_fit.torch_adam(), loss=fitting.loss_for(model))
+    losses = keras_fit.StepLosses()
     model.fit(_padded_dataset(name, batch).repeat(3), epochs=1, verbose=0, callbacks=[losses])
     assert_close(losses.losses, expected, 1e-12, what="fit on padded tf.data")
 
@@ -192,8 +143,8 @@ def _bad_inputs(name: str) -> dict[str, tuple[dict, str]]:
 @pytest.mark.parametrize("entry", ["fit", "evaluate", "predict"])
 def test_bad_input_to_fit_gets_runs_error(case, entry):
     name = "luong_general"
-    model = _fixture_model(name, "float32")
-    model.compile(optimizer=_torch_adam(), loss=fitting.loss_for(model))
+    model = keras_fit.fixture_model(name, "float32")
+    model.compile(optimizer=keras_fit.torch_adam(), loss=fitting.loss_for(model))
     inputs, message = _bad_inputs(name)[case]
     x = {key: value for key, value in inputs.items() if key != "tgt_out"}
     y = fixtures.load_golden(name).batch["tgt_out"]
@@ -261,9 +212,9 @@ def test_negative_control_indexed_slices_used_as_they_come_are_caught(monkeypatc
 
 def test_keras_callbacks_work_and_their_checkpoints_port(tmp_path):
     name = "luong_general"
-    model = _fixture_model(name, "float32")
-    model.compile(optimizer=_torch_adam(), loss=fitting.loss_for(model))
-    x, y, batch_size = _fixture_arrays(name, 12)
+    model = keras_fit.fixture_model(name, "float32")
+    model.compile(optimizer=keras_fit.torch_adam(), loss=fitting.loss_for(model))
+    x, y, batch_size = keras_fit.fixture_arrays(name, 12)
     callbacks = [
         keras.callbacks.ModelCheckpoint(tmp_path / "best.keras", monitor="val_loss", save_best_only=True),
         keras.callbacks.ModelCheckpoint(tmp_path / "epoch{epoch}.weights.h5", save_weights_only=True),

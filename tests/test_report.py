@@ -128,8 +128,8 @@ def test_the_report_comes_out_with_its_sections_csvs_and_figures(tmp_path, input
     assert headings == ["## Headline", "## Equality", "## Loss", "## Speed", "## Scaling", "## Figures"]
     csv = sorted(path.name for path in (tmp_path / "report" / "csv").iterdir())
     assert csv == sorted(f"{name}.csv" for name in result["tables"])
-    assert {"headline", "equality_outputs", "equality_training", "loss", "speed_train_step", "speed_greedy",
-            "scaling_seq_len", "scaling_batch"} == set(result["tables"])  # fmt: skip
+    assert {"headline", "equality_outputs", "equality_training", "equality_backends", "loss", "speed_train_step",
+            "speed_greedy", "scaling_seq_len", "scaling_batch"} == set(result["tables"])  # fmt: skip
     figures = sorted(path.name for path in (tmp_path / "report" / "figures").iterdir())
     assert figures == ["attention_reverse_bahdanau.png", "cost_vs_seq_len.png", "loss_curves.png", "speed_train_step.png"]
     assert all(f"](figures/{name})" in readme for name in figures)
@@ -183,6 +183,42 @@ def test_gpu_rows_appear_beside_cpu_rows(tmp_path, inputs):
     assert set(result["tables"]["speed_train_step"]["device"]) == {"cpu", "gpu"}
     assert "| gpu-test-h100 " in readme
     assert "cpu-test-2c (cpu, threads 2, float32)" in readme  # the headline prefers CPU rows
+
+
+def _backend_equality(path: Path, backend: str, scale: float, failures=()) -> Path:
+    """An equality file measured with Keras on `backend`: the TensorFlow file's maxima times `scale`."""
+    record = json.loads(_equality(path).read_text())
+    for entry in record["outputs"] + record["training"]:
+        entry["max_abs"] *= scale
+    _write_json(path, {**record, "backend": backend, "failures": list(failures)})
+    return path
+
+
+def test_each_keras_backend_gets_a_column_in_the_report_and_the_model_table(tmp_path, inputs):
+    backend_paths = [
+        _backend_equality(tmp_path / "equality-jax.json", "jax", 2.0, ["luong_dot loss curve: max |diff| 1e-3 exceeds 1e-09"]),
+        _backend_equality(tmp_path / "equality-torch.json", "torch", 4.0),
+        _backend_equality(tmp_path / "equality-mxnet.json", "mxnet", 1.0),
+    ]
+    result = write_report(inputs["results_dir"], tmp_path / "report", equality_path=inputs["equality_path"],
+                          training_dir=inputs["training_dir"], backend_paths=backend_paths)  # fmt: skip
+    table = result["tables"]["equality_backends"]
+    assert list(table.columns) == ["model", "dtype", "Keras on TensorFlow", "Keras on JAX", "Keras on torch"]
+    row = _pick(table, model="reverse_bahdanau", dtype="float64")  # the largest of outputs and training: the curve
+    assert (row["Keras on TensorFlow"], row["Keras on JAX"], row["Keras on torch"]) == (1.3e-15, 2.6e-15, 5.2e-15)
+    assert "equality file equality-mxnet.json: backend 'mxnet' is not one of" in "\n".join(result["missing"])
+    lines = {line.split(" | ")[0]: line for line in result["models"].splitlines()}
+    assert lines["| `reverse_bahdanau`"].endswith("| 1.3e-15 · 1.2e-07 | 2.6e-15 · 2.4e-07 | 5.2e-15 · 4.8e-07 |")
+    assert "| failed |" in lines["| `luong_dot`"] and len(lines) == 2 + len(catalogue.CATALOGUE)
+    readme = (tmp_path / "report" / "README.md").read_text()
+    assert "### On each Keras 3 backend" in readme and "Failed: Keras on JAX: luong_dot loss curve" in readme
+
+
+def test_a_backend_not_measured_says_so_in_the_model_table(tmp_path, inputs):
+    result, _ = _report(tmp_path, inputs)
+    lines = {line.split(" | ")[0]: line for line in result["models"].splitlines()}
+    assert lines["| `luong_dot`"].endswith("| 2.5e-16 · 1.2e-07 | not measured | not measured |")
+    assert lines["| `tf_tutorial`"].endswith("| - · - | not measured | not measured |")  # absent from the file
 
 
 def test_unusable_files_and_rows_are_listed_not_fatal(tmp_path, inputs):

@@ -64,7 +64,7 @@ def value_and_gradients(compute_loss: Callable, variables: list) -> tuple[object
             with keras.StatelessScope(state_mapping=list(zip(variables, values, strict=True))):
                 return compute_loss()
 
-        return jax.value_and_grad(loss_of)([variable.value for variable in variables])
+        return jax.jit(jax.value_and_grad(loss_of))([variable.value for variable in variables])
     if backend == "torch":
         import torch
 

@@ -33,7 +33,9 @@ def build(name: str, dtype: str = "float32", as_written: bool = False, **overrid
     model.rosetta_name, model.rosetta_config = name, config
     _set_as_written(model, True)
     _outputs(model, spec, _tensors(model, _dummy_batch(spec, config)))  # one call creates every variable
-    model.built = True  # so a later model(...) does not try to build it again
+    for layer in model._flatten_layers(include_self=True, recursive=True):
+        layer.built = True  # so a later model(...) does not build again, nor Keras's trainers re-trace the model at
+        # every train_on_batch for a layer called only through its methods (the decoders' decode and step)
     _set_as_written(model, as_written)
     return model
 
