@@ -54,7 +54,7 @@ if len(STACKS) < 2:
         "test_fit.py",
     ]
 if len(STACKS) < 2 or STACK_MODULES["tf"].backends.name() == "tensorflow":
-    collect_ignore.append("test_backends.py")  # the keras-jax and keras-torch envs' (test_fit runs on TensorFlow)
+    collect_ignore.append("test_backends.py")  # the keras env's (test_fit runs on TensorFlow)
 
 
 @pytest.fixture(params=STACKS)
