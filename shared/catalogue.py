@@ -344,6 +344,7 @@ def sizes_from_weights(spec: ModelSpec, shapes: Mapping[str, tuple]) -> dict[str
 
 
 DTYPES = ("float32", "float64")
+KERAS_BACKENDS = ("tensorflow", "jax", "torch")  # the Keras 3 backends tf_impl runs on (KERAS_BACKEND)
 
 
 def resolve_config(spec: ModelSpec, dtype: str, overrides: dict) -> dict:

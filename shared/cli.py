@@ -440,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
     equality.add_argument("--training", action="store_true", help="also train both stacks 200 steps per model and compare")
     equality.add_argument("--json", help="also write the maxima, training curves and fixture attention here (for rosetta report)")
     equality.add_argument(
-        "--backend", choices=["tensorflow", "jax", "torch"], help="Keras's backend (default: $KERAS_BACKEND, else tensorflow)"
+        "--backend", choices=catalogue.KERAS_BACKENDS, help="Keras's backend (default: $KERAS_BACKEND, else tensorflow)"
     )
     equality.set_defaults(func=_equality)
     _add_bench_and_report(commands)

@@ -72,7 +72,7 @@ EQUALITY_FIELDS = {
     "attention": ("model", "torch", "tf"),
 }
 SUMMARY_FIELDS = ("model", "stack", "dataset", "steps")
-BACKENDS = {"tensorflow": "Keras on TensorFlow", "jax": "Keras on JAX", "torch": "Keras on torch"}  # Keras 3's
+BACKENDS = dict(zip(catalogue.KERAS_BACKENDS, ("Keras on TensorFlow", "Keras on JAX", "Keras on torch"), strict=True))
 NO_RESULTS = "No benchmark results: no readable result file was found."
 NO_GPU = "No GPU results: no run on a machine with a GPU has been recorded."
 

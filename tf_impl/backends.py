@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import keras
 
-BACKENDS = ("tensorflow", "jax", "torch")
+from shared.catalogue import KERAS_BACKENDS as BACKENDS
 
 
 def name() -> str:
