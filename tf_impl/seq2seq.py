@@ -64,15 +64,17 @@ def run_rnn(rnn, inputs, lengths, hidden=None, training=False):
 
 def _scan_over_time(step, carry, inputs):
     """`over_time` as one `ops.scan` for any T >= 1. The first step runs before the scan, whose carry is then
-    (carry, outputs): Keras's TensorFlow `scan` stacks outputs shaped as its carry only."""
+    (carry, outputs): Keras's TensorFlow `scan` stacks outputs shaped as its carry only. The scan runs over
+    the step numbers and each step takes its column of `inputs`: Keras's TensorFlow `scan` fails on two or
+    more sequences of unknown length (keras 3.15: `None.assert_is_compatible_with`)."""
     first = step(carry, keras.tree.map_structure(lambda x: x[:, 0], inputs))  # (carry, outputs of step 0)
-    rest = keras.tree.map_structure(lambda x: ops.moveaxis(x[:, 1:], 1, 0), inputs)  # [T - 1, B, ...]
+    steps = ops.shape(keras.tree.flatten(inputs)[0])[1]
 
-    def scan_step(previous, inputs_t):
-        both = step(previous[0], inputs_t)
+    def scan_step(previous, t):
+        both = step(previous[0], keras.tree.map_structure(lambda x: ops.take(x, t, axis=1), inputs))
         return both, both
 
-    (carry, _), (_, outputs) = ops.scan(scan_step, first, rest)  # outputs: [T - 1, B, ...]
+    (carry, _), (_, outputs) = ops.scan(scan_step, first, ops.arange(1, steps))  # outputs: [T - 1, B, ...]
     joined = keras.tree.map_structure(lambda head, tail: ops.concatenate([head[None], tail], 0), first[1], outputs)
     return carry, keras.tree.map_structure(lambda x: ops.moveaxis(x, 0, 1), joined)  # [B, T, ...]
 
