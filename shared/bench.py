@@ -34,8 +34,21 @@ from shared.atomic import write_atomic
 from shared.training import TrainSpec
 
 SCHEMA = 1
-STACK_MODES = {"torch": ("eager", "compile"), "tf": ("eager", "function", "xla")}
-ALL_MODES = tuple(dict.fromkeys(mode for modes in STACK_MODES.values() for mode in modes))  # eager, compile, function, xla
+# Keras's modes on each Keras 3 backend: JAX's compiled step is XLA itself (jit); Keras's torch backend runs eagerly
+KERAS_MODES = {"tensorflow": ("eager", "function", "xla"), "jax": ("eager", "xla"), "torch": ("eager",)}
+COMPILED_GREEDY_BACKENDS = {"tensorflow"}  # where greedy decoding's step compiles (tf.function); elsewhere eager only
+ALL_MODES = ("eager", "compile", "function", "xla")  # what --modes takes
+
+
+def keras_mode(backend: str, mode: str) -> str:
+    """A Keras row's mode, naming its backend unless TensorFlow: "xla", "jax-xla", "torch-eager"."""
+    return mode if backend == "tensorflow" else f"{backend}-{mode}"
+
+
+STACK_MODES = {
+    "torch": ("eager", "compile"),
+    "tf": tuple(keras_mode(backend, mode) for backend, modes in KERAS_MODES.items() for mode in modes),
+}
 COMPILED_MODES = {"compile", "xla"}  # slow to build: the default profile runs them at one thread count
 BENCH_SPEC = TrainSpec(lr=1e-3, clip_norm=1.0)  # every train step: Adam and global-norm clipping, teacher forcing on
 REVERSE_MODELS = tuple(name for name in catalogue.built() if catalogue.get(name).document == "001")
@@ -150,15 +163,24 @@ def _sweep_sizes(profile: Profile, name: str) -> list[tuple[str, Sizes]]:
     return by_length + by_batch
 
 
-def cases(profile: Profile, stack: str, threads: int, device: str = "cpu") -> list[Case]:
-    """Every case of `profile` for one stack process (compiled modes only at `compiled_threads` on CPU)."""
-    modes = [m for m in STACK_MODES[stack] if device != "cpu" or m not in COMPILED_MODES or threads in profile.compiled_threads]
+def process_modes(stack: str, backend: str) -> tuple[str, ...]:
+    """The modes one bench process runs: torch's, or Keras's on its backend (plain names: eager, xla...)."""
+    return KERAS_MODES[backend] if stack == "tf" else STACK_MODES[stack]
+
+
+def cases(profile: Profile, stack: str, threads: int, device: str = "cpu", backend: str = "tensorflow") -> list[Case]:
+    """Every case of `profile` for one stack process (compiled modes only at `compiled_threads` on CPU); `backend`:
+    Keras's, for the tf stack."""
+    compiled_here = device != "cpu" or threads in profile.compiled_threads
+    modes = [m for m in process_modes(stack, backend) if compiled_here or m not in COMPILED_MODES]
     modes = [m for m in modes if profile.modes is None or m in profile.modes]
     found = []
     for name in profile.models:
         document = DOCUMENT_SIZES[name] if profile.name != "smoke" else small_sizes(DOCUMENT_SIZES[name])
         for task in _tasks(name):
             for mode in modes:
+                if task == "greedy" and mode != "eager" and stack == "tf" and backend not in COMPILED_GREEDY_BACKENDS:
+                    continue
                 found.append(Case(name, task, "ours", mode, "document", document))
                 if mode in profile.as_written_modes and task == "train_step":
                     found.append(Case(name, task, "as_written", mode, "document", document))
@@ -297,7 +319,7 @@ def measure(stack: str, profile: Profile, threads: int, results_dir, progress=pr
     device = bench.configure(threads)
     environment = _environment(bench, stack, profile, threads, device)
     rows = []
-    for case in cases(profile, stack, threads, device):
+    for case in cases(profile, stack, threads, device, bench.backend()):
         rows.append(_measure_case(bench, stack, case, profile, threads, device))
         progress(_progress_line(rows[-1]))
     payload = {"schema": SCHEMA, "environment": environment, "rows": rows}
@@ -317,6 +339,7 @@ def _environment(bench, stack: str, profile: Profile, threads: int, device: str)
         "gpu": gpu,
         "device": device,
         "stack": stack,
+        "backend": bench.backend(),
         "versions": {"python": platform.python_version(), "numpy": np.__version__, **bench.versions()},
         "threads": threads,
         "thread_settings": bench.thread_settings(),
@@ -333,7 +356,7 @@ def _measure_case(bench, stack: str, case: Case, profile: Profile, threads: int,
         "model": case.model,
         "document": catalogue.get(case.model).document,
         "stack": stack,
-        "mode": case.mode,
+        "mode": keras_mode(bench.backend(), case.mode) if stack == "tf" else case.mode,
         "impl": case.impl,
         "task": case.task,
         "device": device,
@@ -400,8 +423,9 @@ def restrict(profile: Profile, models=None, modes=None) -> Profile:
 
 
 def run(profile_name: str, stacks: list[str], results_dir, threads: list[int] | None = None, models=None, modes=None,
-        progress=print) -> int:  # fmt: skip
-    """One child process per (stack, thread count), each writing its own result file; how many ran."""
+        progress=print, keras_backend: str | None = None) -> int:  # fmt: skip
+    """One child process per (stack, thread count), each writing its own result file; how many ran. `keras_backend`:
+    the tf stack's Keras 3 backend (default: KERAS_BACKEND as set, else TensorFlow)."""
     profile = restrict(get_profile(profile_name), models, modes)
     unknown = sorted(set(stacks) - set(STACK_MODES))
     if unknown:
@@ -414,6 +438,7 @@ def run(profile_name: str, stacks: list[str], results_dir, threads: list[int] | 
             argv += ["--results", str(results_dir)] + (["--models", ",".join(models)] if models else [])
             argv += ["--modes", ",".join(modes)] if modes else []
             env = {"TF_CPP_MIN_LOG_LEVEL": "2", **os.environ, **thread_environment(count)}  # quiet TF unless asked
+            env |= {"KERAS_BACKEND": keras_backend} if keras_backend else {}
             if subprocess.run(argv, env=env).returncode != 0:
                 raise RuntimeError(f"the {stack} bench process failed; its result file was not written")
             runs += 1
@@ -421,14 +446,23 @@ def run(profile_name: str, stacks: list[str], results_dir, threads: list[int] | 
 
 
 def thread_environment(threads: int) -> dict[str, str]:
-    """Variables that fix a framework's thread pools before it is imported."""
+    """Variables that fix a framework's thread pools before it is imported (XLA_FLAGS: JAX's CPU client)."""
     count = str(threads)
-    return {"OMP_NUM_THREADS": count, "MKL_NUM_THREADS": count, "TF_NUM_INTRAOP_THREADS": count, "TF_NUM_INTEROP_THREADS": "1"}
+    xla = f"--xla_cpu_multi_thread_eigen={str(threads > 1).lower()} intra_op_parallelism_threads={count}"
+    return {
+        "OMP_NUM_THREADS": count,
+        "MKL_NUM_THREADS": count,
+        "TF_NUM_INTRAOP_THREADS": count,
+        "TF_NUM_INTEROP_THREADS": "1",
+        "XLA_FLAGS": " ".join(filter(None, [os.environ.get("XLA_FLAGS", ""), xla])),
+    }
 
 
 def result_path(results_dir, environment: dict) -> Path:
-    """`<results_dir>/<machine>/<stack>-<device>-t<threads>-<profile>.json`: one file per run and machine."""
-    name = f"{environment['stack']}-{environment['device']}-t{environment['threads']}-{environment['profile']}"
+    """`<results_dir>/<machine>/<stack>-<device>-t<threads>-<profile>.json`: one file per run and machine; Keras on a
+    backend other than TensorFlow names it after the stack (`tf-jax-gpu-...`)."""
+    stack = catalogue.stack_label(environment["stack"], environment.get("backend"))
+    name = f"{stack}-{environment['device']}-t{environment['threads']}-{environment['profile']}"
     return Path(results_dir) / environment["machine"] / f"{name}{environment.get('part', '')}.json"
 
 

@@ -347,6 +347,12 @@ DTYPES = ("float32", "float64")
 KERAS_BACKENDS = ("tensorflow", "jax", "torch")  # the Keras 3 backends tf_impl runs on (KERAS_BACKEND)
 
 
+def stack_label(stack: str, backend: str | None) -> str:
+    """A stack as result files and tables name it: "tf-jax", "tf-torch" for Keras on another backend than
+    TensorFlow; else the stack ("torch", "tf")."""
+    return f"{stack}-{backend}" if stack == "tf" and backend not in (None, "tensorflow") else stack
+
+
 def resolve_config(spec: ModelSpec, dtype: str, overrides: dict) -> dict:
     """The constructor config of `spec` with `overrides` applied; unknown keys or dtypes raise ValueError."""
     if dtype not in DTYPES:

@@ -318,7 +318,7 @@ def _bench(args) -> int:
     if threads and min(threads) < 1:
         raise ValueError(f"--threads takes positive counts, got {args.threads!r}")
     modes = args.modes.split(",") if args.modes else None
-    bench.run(args.profile, stacks, args.results, threads, args.models, modes)
+    bench.run(args.profile, stacks, args.results, threads, args.models, modes, keras_backend=args.keras_backend)
     return 0
 
 
@@ -409,6 +409,8 @@ def _add_bench_and_report(commands) -> None:
     bench.add_argument("--models", nargs="*", help="only these catalogue models")
     bench.add_argument("--modes", help="only these modes, comma-separated (eager, compile, function, xla)")
     bench.add_argument("--results", default="reports/results", help="results go to <results>/<machine>/*.json")
+    bench.add_argument("--keras-backend", choices=list(catalogue.KERAS_BACKENDS), help="the tf stack's Keras 3 backend "
+                       "(default: KERAS_BACKEND, else tensorflow; JAX's modes: eager, xla)")  # fmt: skip
     bench.set_defaults(func=_bench)
     report = commands.add_parser("report", help="tables, CSVs and figures of every result into reports/README.md")
     report.add_argument("--results", default="reports/results")

@@ -722,7 +722,9 @@ def speed_table(rows, task: str):
     frame["torch/TF"] = best["torch"] / best["tf"]
     as_written = _group_min(frame, [*SETTING, "stack", "mode"], frame["impl"] == "as_written")
     frame["ours/as-written"] = np.where(frame["impl"] == "ours", as_written / median, np.nan)
-    frame["mode/eager"] = _group_min(frame, [*SETTING, "stack", "impl"], frame["mode"] == "eager") / median
+    frame["_backend"] = frame["mode"].str.rpartition("-")[0]  # Keras's backend named in the mode ("jax-xla"), else ""
+    eager = frame["mode"].str.rpartition("-")[2] == "eager"
+    frame["mode/eager"] = _group_min(frame, [*SETTING, "stack", "_backend", "impl"], eager) / median  # same backend
     frame["% matmul peak"] = 100 * frame["gflop"] / (frame["median_ms"] / 1000) / frame["matmul_gflops"]
     frame["sizes"] = [f"{b}x{s}x{t}" for b, s, t in zip(frame["batch"], frame["src_len"], frame["tgt_len"], strict=True)]
     numeric = frame[list(SPEED_COLUMNS)].rename(columns=SPEED_COLUMNS).reset_index(drop=True)
@@ -1033,8 +1035,9 @@ def _speed_section(inputs: Inputs, tables: Tables) -> list[str]:
     lines += [
         "Medians over repeats at the documents' sizes (batch x source x target length in `sizes`). torch/TF: the "
         "best mode of each stack, same machine, device and threads; ours/as-written: as-written ms / ours ms, "
-        "same stack and mode; mode/eager: eager ms / this mode's ms; % matmul peak: the step's GFLOP per second "
-        "over the machine's measured matmul GFLOP/s.",
+        "same stack and mode; mode/eager: eager ms / this mode's ms (same backend); % matmul peak: the step's GFLOP "
+        "per second over the machine's measured matmul GFLOP/s. A TF row whose mode starts with jax- or torch- ran "
+        "Keras on that Keras 3 backend (`rosetta bench --keras-backend`); the other TF rows, on TensorFlow.",
         "",
     ]
     if not (inputs.rows["device"] == "gpu").any():

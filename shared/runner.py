@@ -179,7 +179,7 @@ def train(run_dir, stack_name: str, force: bool = False, progress: bool = True) 
     steps = _loop(run, stack, model, trainer, corpus, out, progress)
     seconds = time.perf_counter() - started
     result = evaluate(stack, model, run, corpus, final_split(corpus), limit=run.test_batches)
-    result.update(stack=stack_name, device=device, steps=steps, train_seconds=seconds)
+    result.update(stack=stack_name, backend=train_module.backend(), device=device, steps=steps, train_seconds=seconds)
     write_atomic(out / EVAL_FILE, (json.dumps(result, indent=2) + "\n").encode())
     return result
 

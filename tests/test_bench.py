@@ -9,14 +9,31 @@ from shared import bench, catalogue, cli
 
 def test_the_default_profile_covers_the_reverse_task_and_the_attention_layer_in_both_stacks():
     profile = bench.get_profile("default")
-    for stack, modes in bench.STACK_MODES.items():
+    for stack in bench.STACK_MODES:
         two = bench.cases(profile, stack, threads=2)
         assert {c.model for c in two} == set(profile.models)
-        assert {c.mode for c in two} == set(modes)
+        assert {c.mode for c in two} == set(bench.process_modes(stack, "tensorflow"))
         assert {c.impl for c in two if c.sweep == "document"} == {"ours", "as_written"}
         one = bench.cases(profile, stack, threads=1)
         assert not {c.mode for c in one} & bench.COMPILED_MODES  # compiled modes at one thread count only
         assert {c.sweep for c in two} == {"document", "seq_len", "batch"}
+
+
+def test_keras_on_jax_and_torch_runs_its_backends_modes_and_names_them_in_rows_and_files():
+    """JAX: eager and XLA (jit), greedy decoding eagerly; Keras's torch backend: eager. A row's mode and the result
+    file name the backend; TensorFlow's keep their names (earlier result files stay valid)."""
+    full = bench.get_profile("full")
+    jax_cases = bench.cases(full, "tf", threads=2, backend="jax")
+    assert {c.mode for c in jax_cases} == {"eager", "xla"}
+    assert {c.mode for c in jax_cases if c.task == "greedy"} == {"eager"}
+    assert {c.mode for c in bench.cases(full, "tf", threads=2, backend="torch")} == {"eager"}
+    assert {c.mode for c in bench.cases(full, "tf", threads=2) if c.task == "greedy"} == {"eager", "function", "xla"}
+    assert [bench.keras_mode(b, "xla") for b in ("tensorflow", "jax")] == ["xla", "jax-xla"]
+    assert set(bench.STACK_MODES["tf"]) >= {"function", "jax-xla", "torch-eager"}
+    environment = {"machine": "m", "stack": "tf", "backend": "jax", "device": "gpu", "threads": 1, "profile": "full"}
+    assert bench.result_path("r", environment).name == "tf-jax-gpu-t1-full.json"
+    assert bench.result_path("r", {**environment, "backend": "tensorflow"}).name == "tf-gpu-t1-full.json"
+    assert bench.result_path("r", {**environment, "stack": "torch", "backend": "torch"}).name == "torch-gpu-t1-full.json"
 
 
 def test_the_full_profile_times_every_model_and_greedy_decoding_of_the_real_data_models():

@@ -171,6 +171,20 @@ def test_the_ratio_columns_follow_from_the_medians(tmp_path, inputs):
     assert " 2.50x |" in readme and "35.0%" in readme
 
 
+def test_keras_rows_on_jax_name_their_backend_and_compare_with_their_own_eager(tmp_path, inputs):
+    """A `rosetta bench --keras-backend jax` file: its modes name JAX, its mode/eager is JAX's eager, and where
+    it is Keras's best mode the headline says which."""
+    rows = [_row("reverse_bahdanau", "tf", "jax-eager", "ours", 40.0), _row("reverse_bahdanau", "tf", "jax-xla", "ours", 4.0)]
+    environment = {**CPU, "stack": "tf", "backend": "jax"}
+    _write_json(inputs["results_dir"] / CPU["machine"] / "tf-jax.json", {"schema": 1, "environment": environment, "rows": rows})
+    result, readme = _report(tmp_path, inputs)
+    speed = result["tables"]["speed_train_step"]
+    assert _pick(speed, model="reverse_bahdanau", stack="tf", mode="jax-xla", impl="ours")["mode/eager"] == pytest.approx(10.0)
+    assert _pick(speed, model="reverse_bahdanau", stack="tf", mode="xla", impl="ours")["mode/eager"] == pytest.approx(20 / 12)
+    row = _pick(result["tables"]["headline"], model="reverse_bahdanau")
+    assert (row["TF ms"], row["TF mode"]) == (4.0, "jax-xla") and "ran Keras on that Keras 3 backend" in readme
+
+
 def test_without_gpu_rows_the_report_says_so(tmp_path, inputs):
     result, readme = _report(tmp_path, inputs)
     assert NO_GPU in readme and set(result["tables"]["speed_train_step"]["device"]) == {"cpu"}

@@ -7,6 +7,8 @@ Stack-specific: torch_impl is torch itself.
 
 from __future__ import annotations
 
+import importlib
+import os
 from collections.abc import Callable
 
 import keras
@@ -73,20 +75,112 @@ def value_and_gradients(compute_loss: Callable, variables: list) -> tuple[object
     raise ValueError(f"Keras backend {backend!r} is not one of {', '.join(BACKENDS)}")
 
 
-def device() -> str:
-    """Where Keras computes: "cpu", or "gpu (<name>)" for the first GPU the backend sees (each backend places
-    its arrays there by itself)."""
+def gpu_name() -> str | None:
+    """The first GPU this backend sees (each places its arrays there by itself), or None."""
     backend = name()
     if backend == "tensorflow":
         import tensorflow as tf
 
         gpus = tf.config.list_physical_devices("GPU")
-        return f"gpu ({tf.config.experimental.get_device_details(gpus[0]).get('device_name', gpus[0].name)})" if gpus else "cpu"
+        return tf.config.experimental.get_device_details(gpus[0]).get("device_name", gpus[0].name) if gpus else None
     if backend == "jax":
         import jax
 
         first = jax.devices()[0]
-        return f"gpu ({first.device_kind})" if first.platform == "gpu" else "cpu"
+        return first.device_kind if first.platform == "gpu" else None
     import torch
 
-    return f"gpu ({torch.cuda.get_device_name(0)})" if torch.cuda.is_available() else "cpu"
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+
+
+def device() -> str:
+    """Where Keras computes: "cpu", or "gpu (<name>)" for the first GPU the backend sees."""
+    gpu = gpu_name()
+    return f"gpu ({gpu})" if gpu else "cpu"
+
+
+def version() -> dict[str, str]:
+    """The backend's framework and its version, e.g. {"jax": "0.10.2"}."""
+    module = importlib.import_module(name())
+    return {name(): module.__version__}
+
+
+def set_threads(threads: int) -> None:
+    """Fix the backend's CPU thread pools where they can still change (TensorFlow's before its first op,
+    torch's any time); JAX's are fixed when it starts (XLA_FLAGS, shared.bench.thread_environment)."""
+    backend = name()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        try:
+            tf.config.threading.set_intra_op_parallelism_threads(threads)
+            tf.config.threading.set_inter_op_parallelism_threads(1)
+        except RuntimeError:  # already initialised (a test process): keep and record the pools as they are
+            pass
+    elif backend == "torch":
+        import torch
+
+        torch.set_num_threads(threads)
+
+
+def thread_settings() -> dict[str, int | str]:
+    """The thread pools that hold: TensorFlow's and torch's as they report them; JAX's as XLA_FLAGS set them."""
+    backend = name()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        pools = tf.config.threading
+        return {"intra_op": pools.get_intra_op_parallelism_threads(), "inter_op": pools.get_inter_op_parallelism_threads()}
+    if backend == "jax":
+        return {"xla_flags": os.environ.get("XLA_FLAGS", "")}
+    import torch
+
+    return {"intra_op": torch.get_num_threads(), "inter_op": torch.get_num_interop_threads()}
+
+
+def full_precision_matmuls() -> None:
+    """On a GPU, float32 matmuls in float32 (TF32 off), as on the CPU and as torch_impl's bench sets."""
+    backend = name()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        tf.config.experimental.enable_tensor_float_32_execution(False)
+    elif backend == "jax":
+        import jax
+
+        jax.config.update("jax_default_matmul_precision", "highest")
+    else:
+        import torch
+
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+
+
+def reset_peak_gpu_memory() -> None:
+    """Start the GPU's peak-memory count again (JAX's cannot be reset: its peak is the process's)."""
+    backend = name()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        tf.config.experimental.reset_memory_stats("GPU:0")
+    elif backend == "torch":
+        import torch
+
+        torch.cuda.reset_peak_memory_stats()
+
+
+def peak_gpu_memory_mb() -> float | None:
+    """The GPU allocator's peak bytes in MiB (JAX: since the process began, as its allocator counts them)."""
+    backend = name()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        return tf.config.experimental.get_memory_info("GPU:0")["peak"] / 2**20
+    if backend == "jax":
+        import jax
+
+        stats = jax.devices()[0].memory_stats() or {}
+        return stats["peak_bytes_in_use"] / 2**20 if "peak_bytes_in_use" in stats else None
+    import torch
+
+    return torch.cuda.max_memory_allocated() / 2**20

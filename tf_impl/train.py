@@ -125,6 +125,11 @@ def set_seed(seed: int) -> None:
     keras.utils.set_random_seed(seed)
 
 
+def backend() -> str:
+    """Keras's backend (KERAS_BACKEND): tensorflow, jax or torch."""
+    return backends.name()
+
+
 def place(model) -> tuple[object, str]:
     """Keras's backend places arrays on the GPU by itself when one is visible; the model and that device's name."""
     return model, backends.device()

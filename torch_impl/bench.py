@@ -16,6 +16,11 @@ from torch_impl.train import Trainer
 _GPU = torch.cuda.is_available()
 
 
+def backend() -> str:
+    """PyTorch itself (tf_impl's Keras names its backend here)."""
+    return "torch"
+
+
 def configure(threads: int) -> str:
     """Fix the thread count; on a GPU turn TF32 off (float32 matmuls as on the CPU). The device: cpu or gpu."""
     torch.set_num_threads(threads)

@@ -102,6 +102,11 @@ def set_seed(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def backend() -> str:
+    """PyTorch itself (tf_impl's Keras names its backend here)."""
+    return "torch"
+
+
 def place(model: torch.nn.Module) -> tuple[torch.nn.Module, str]:
     """The model on the GPU when one is present (the contract follows the model's device); its device name."""
     if not torch.cuda.is_available():
