@@ -155,7 +155,7 @@ def join_key(prefix: str, suffix: str) -> str:
 
 
 def check_weights(expected: Mapping[str, tuple], given: Mapping[str, object], model: str = "model") -> None:
-    """Raise one ValueError that lists every missing, unexpected, mis-shaped or non-float key.
+    """Raise one ValueError that lists every missing, unexpected, mis-shaped, non-float or non-finite key.
 
     Args:
         expected: canonical key -> shape, as the model holds them.
@@ -163,18 +163,21 @@ def check_weights(expected: Mapping[str, tuple], given: Mapping[str, object], mo
     """
     missing = sorted(set(expected) - set(given))
     unexpected = sorted(set(given) - set(expected))
-    misshaped, non_float = [], []
+    misshaped, non_float, non_finite = [], [], []
     for key in sorted(set(expected) & set(given)):
         array = np.asarray(given[key])
         if tuple(array.shape) != tuple(expected[key]):
             misshaped.append(f"{key}: expected {tuple(expected[key])}, got {tuple(array.shape)}")
         elif array.dtype.kind != "f":
             non_float.append(f"{key}: dtype {array.dtype}")
+        elif not np.isfinite(array).all():
+            non_finite.append(f"{key}: {np.isnan(array).sum()} NaN, {np.isinf(array).sum()} infinite of {array.size}")
     problems = [
         (f"missing keys: {', '.join(missing)}", missing),
         (f"unexpected keys: {', '.join(unexpected)}", unexpected),
         (f"mis-shaped keys: {'; '.join(misshaped)}", misshaped),
         (f"non-float keys: {'; '.join(non_float)}", non_float),
+        (f"non-finite keys (a diverged or corrupt file?): {'; '.join(non_finite)}", non_finite),
     ]
     lines = [text for text, items in problems if items]
     renames = propose_renames({key: expected[key] for key in missing}, {key: np.shape(given[key]) for key in unexpected})

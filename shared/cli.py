@@ -10,8 +10,32 @@ import subprocess
 import sys
 from pathlib import Path
 
-from shared import catalogue
+from shared import catalogue, failures
 from shared.atomic import write_atomic
+
+
+def _number(kind, low, *, above: bool = False, high=None):
+    """An argparse type: `kind` (int or float), at least `low` (above it when `above`), at most `high`."""
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
+        if value != value or value in (float("inf"), float("-inf")) or (value <= low if above else value < low):
+            raise argparse.ArgumentTypeError(f"{text} is not {'above' if above else 'at least'} {low}")
+        if high is not None and value > high:
+            raise argparse.ArgumentTypeError(f"{text} is above {high}")
+        return value
+
+    return parse
+
+
+COUNT = _number(int, 1)  # steps, batches, sizes: 1 or more
+SEED = _number(int, 0, high=2**32 - 1)  # numpy's and torch's seeds
+POSITIVE = _number(float, 0.0, above=True)  # learning rate, epsilon
+NON_NEGATIVE = _number(float, 0.0)  # clipping threshold (0: off)
+RATIO = _number(float, 0.0, high=1.0)  # teacher forcing
 
 
 def _models(args) -> int:
@@ -196,8 +220,13 @@ def _train(args) -> int:
                 "checkpoint_every": args.checkpoint_every}  # fmt: skip
     settings = {key: value for key, value in settings.items() if value is not None}
     run_dir = Path(args.run_dir or f"runs/{args.model}")
-    run = runner.create_run(run_dir, args.model, args.data_dir, _key_values(args.set, "--set"),
-                            _key_values(args.data_option, "--data-option"), spec=spec, dtype=args.dtype, **settings)  # fmt: skip
+    if args.resume and (run_dir / runner.RUN_FILE).is_file():  # the run as it was started: its own settings
+        run = runner.load_run(run_dir)
+        if run.model != args.model:
+            raise ValueError(f"{run_dir} is a run of {run.model}, not {args.model}")
+    else:
+        sizes, options = _key_values(args.set, "--set"), _key_values(args.data_option, "--data-option")
+        run = runner.create_run(run_dir, args.model, args.data_dir, sizes, options, spec=spec, dtype=args.dtype, **settings)
     stacks = list(runner.STACKS) if args.stack == "both" else [args.stack]
     if args.prepare:
         print(f"prepared {run_dir}: train it with `python -m shared.runner {run_dir} STACK` (no data folder or spaCy needed)")
@@ -224,7 +253,8 @@ def _no_data(args) -> bool:
 def _child_argv(args, stack: str) -> list[str]:
     """`python -m shared.runner RUN_DIR STACK`: run.json already holds every setting."""
     run_dir = str(args.run_dir or f"runs/{args.model}")
-    return [run_dir, stack] + (["--force"] if args.force else []) + (["--quiet"] if args.quiet else [])
+    flags = {"--force": args.force, "--resume": args.resume, "--quiet": args.quiet}
+    return [run_dir, stack, *(flag for flag, given in flags.items() if given)]
 
 
 def _evaluate(args) -> int:
@@ -269,23 +299,25 @@ def _add_train(commands) -> None:
     train.add_argument("--stack", choices=["torch", "tf", "both"], default="both", help="both: torch, then tf, one process each")
     train.add_argument("--run-dir", help="the run folder (default runs/<model>)")
     train.add_argument("--data-dir", help="the folder holding multi30k/ and spa-eng/ (default $ROSETTA_DATA_DIR)")
-    train.add_argument("--epochs", type=int, help="default: the document's")
-    train.add_argument("--max-steps", type=int, help="stop after this many steps (a budget)")
-    train.add_argument("--batch-size", type=int, help="default: the document's")
-    train.add_argument("--lr", type=float)
-    train.add_argument("--eps", type=float, help="Adam's epsilon")
-    train.add_argument("--clip", type=float, help="global-norm clipping threshold; 0 turns clipping off")
+    train.add_argument("--epochs", type=COUNT, help="default: the document's")
+    train.add_argument("--max-steps", type=COUNT, help="stop after this many steps (a budget)")
+    train.add_argument("--batch-size", type=COUNT, help="default: the document's")
+    train.add_argument("--lr", type=POSITIVE)
+    train.add_argument("--eps", type=POSITIVE, help="Adam's epsilon")
+    train.add_argument("--clip", type=NON_NEGATIVE, help="global-norm clipping threshold; 0 turns clipping off")
     train.add_argument("--clipping", choices=["global", "per_variable", "keras_global"], help="tf only: Keras's own clipping")
     train.add_argument("--optimizer", choices=["torch_adam", "keras_adam"], help="tf only: keras_adam is stock Keras Adam")
-    train.add_argument("--teacher-force", type=float, help="teacher-forcing ratio (documents 002/003: 0.5)")
+    train.add_argument("--teacher-force", type=RATIO, help="teacher-forcing ratio (documents 002/003: 0.5)")
     train.add_argument("--dtype", choices=list(catalogue.DTYPES), default="float32")
-    train.add_argument("--seed", type=int)
-    train.add_argument("--eval-batches", type=int, help="validation batches after each epoch (default: all)")
-    train.add_argument("--test-batches", type=int, help="batches of the final evaluation (default: all)")
-    train.add_argument("--checkpoint-every", type=int, help="steps between checkpoints (and after every epoch)")
+    train.add_argument("--seed", type=SEED)
+    train.add_argument("--eval-batches", type=COUNT, help="validation batches after each epoch (default: all)")
+    train.add_argument("--test-batches", type=COUNT, help="batches of the final evaluation (default: all)")
+    train.add_argument("--checkpoint-every", type=COUNT, help="steps between checkpoints (and after every epoch)")
     train.add_argument("--set", action="append", metavar="KEY=VALUE", help="model config override, e.g. hidden_dim=256")
     train.add_argument("--data-option", action="append", metavar="KEY=VALUE", help="corpus option, e.g. train_size=20000")
     train.add_argument("--force", action="store_true", help="train again over an existing checkpoint of this stack")
+    train.add_argument("--resume", action="store_true", help="continue an interrupted run from its last checkpoint "
+                       "(its own settings; a finished stack is left as it is)")  # fmt: skip
     train.add_argument("--quiet", action="store_true", help="no progress bar")
     train.add_argument("--skip-without-data", action="store_true", help="exit 0 with a note when no data folder is given")
     train.add_argument("--prepare", action="store_true", help="only write the run folder (run.json, corpus): train it elsewhere")
@@ -294,7 +326,7 @@ def _add_train(commands) -> None:
     evaluate.add_argument("run_dir")
     evaluate.add_argument("--stack", choices=["torch", "tf"], required=True)
     evaluate.add_argument("--split", default="test")
-    evaluate.add_argument("--batches", type=int, help="only the first N batches")
+    evaluate.add_argument("--batches", type=COUNT, help="only the first N batches")
     evaluate.set_defaults(func=_evaluate)
     translate = commands.add_parser("translate", help="greedy translation of one sentence, with its attention heatmap")
     translate.add_argument("run_dir")
@@ -429,6 +461,7 @@ def _add_bench_and_report(commands) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rosetta", description="Attention seq2seq models proved equal in PyTorch and Keras.")
+    parser.add_argument("--debug", action="store_true", help="on failure, the framework's whole trace (default: one line)")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("models", help="list the catalogue").set_defaults(func=_models)
     fixtures = commands.add_parser("fixtures", help="regenerate the golden files with the torch stack (float64)")
@@ -449,11 +482,8 @@ def main(argv: list[str] | None = None) -> int:
     _add_port(commands)
     _add_train(commands)
     args = parser.parse_args(argv)
-    try:
-        return args.func(args)
-    except ValueError as error:
-        print(f"rosetta: {error}", file=sys.stderr)
-        return 2
+    with failures.debug_environment(args.debug):  # child processes (rosetta train's stacks, bench) trace too
+        return failures.guarded(lambda: args.func(args), f"rosetta {args.command}", args.debug)
 
 
 if __name__ == "__main__":

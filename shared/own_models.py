@@ -78,7 +78,7 @@ def port_own(source, destination, torch_model: str | None = None, keras_model: s
         back = target_stack.load_file(fresh, staged, dst.format.name, factories[sides[1]], batch)
         report = OwnPort(src, dst, conversion, [check, _read_back(target32, back, batch)])
         if report.ok:
-            porting.move_into_place(staged, dst.path)
+            porting.move_into_place(staged, dst.path, force)
         return report
 
 

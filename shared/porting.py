@@ -23,13 +23,11 @@ import dataclasses
 import importlib
 import importlib.util
 import json
-import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from shared import catalogue, layouts, references, safetensors_io, training
+from shared import atomic, catalogue, layouts, references, safetensors_io, training
 from shared.bench import Sizes, synthetic_batch
 from shared.conversion import convert, verify  # your own model: the public converter (shared/conversion.py)
 from shared.layouts import KeyMap
@@ -320,6 +318,8 @@ def port(source, destination, model: str | None = None, to: str | None = None, f
     found = read_endpoint(src, source_stack, name, dtype, overrides or {}, with_optimizer)
     dtype = found.dtype
     config = _destination_config(dst.layout, found.config)
+    state_copies = 3 if found.state else 1  # the weights, and Adam's two moments of each
+    atomic.check_free_space(dst.path.parent, state_copies * sum(np.asarray(a).nbytes for a in found.weights.values()))
     with staged_beside(dst.path) as staged:
         write_endpoint(dst, staged, destination_stack, name, config, dtype, found.weights, found.state)
         back = read_endpoint(dataclasses.replace(dst, path=staged), destination_stack, name, dtype, config, with_optimizer)
@@ -329,7 +329,7 @@ def port(source, destination, model: str | None = None, to: str | None = None, f
         report = PortReport(src, dst, name, config, found.inferred, len(found.weights),
                             sum(np.size(array) for array in found.weights.values()), checks)  # fmt: skip
         if report.ok:
-            move_into_place(staged, dst.path)
+            move_into_place(staged, dst.path, force)
         return report
 
 
@@ -337,18 +337,14 @@ def port(source, destination, model: str | None = None, to: str | None = None, f
 def staged_beside(path: Path):
     """A path of `path`'s name in a hidden temporary folder beside it, removed on the way out (whatever
     was not moved into place with `move_into_place` goes with it)."""
-    staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
-    try:
+    with atomic.staged(path, folder=True) as staging:
         yield staging / path.name
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
 
 
-def move_into_place(staged: Path, path: Path) -> None:
-    """A verified file (or checkpoint folder) renamed over `path`; a folder there (`--force`) removed first."""
-    if path.is_dir():
-        shutil.rmtree(path)
-    staged.replace(path)
+def move_into_place(staged: Path, path: Path, force: bool = True) -> None:
+    """A verified file (or checkpoint folder) renamed over `path` (a folder there removed first); without
+    `force`, only if `path` is still free (of two racing ports one fails cleanly)."""
+    atomic.place(staged, path, replace=force)
 
 
 def _model_name(model: str | None, *ends: KeyMap) -> str:
@@ -366,6 +362,8 @@ def _model_name(model: str | None, *ends: KeyMap) -> str:
 def check_destination(src: Endpoint, dst: Endpoint, force: bool) -> None:
     if not dst.path.parent.is_dir():
         raise ValueError(f"{dst.path.parent} is not a folder: create it first")
+    if dst.path.is_dir() and dst.format.name != "tf_checkpoint":
+        raise ValueError(f"{dst.path} is a folder: a {dst.format.description} is a file; name one (--force replaces files only)")
     if dst.path.exists() and not force:
         raise ValueError(f"{dst.path} exists: pass --force to replace it")
     if any(dst.path.resolve() == path.resolve() for path in (src.parts or {"": src.path}).values()):

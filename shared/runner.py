@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from shared import catalogue, data, safetensors_io, training
+from shared import atomic, catalogue, data, failures, safetensors_io, training
 from shared import teacher_forcing as schedules
 from shared.atomic import write_atomic
 from shared.evaluation import encode_sentence, evaluate, rerun_greedy
@@ -159,29 +159,70 @@ def import_stack(stack: str):
 # ---------------------------------------------------------------- training
 
 
-def train(run_dir, stack_name: str, force: bool = False, progress: bool = True) -> dict:
-    """Train the run's model in one stack; returns the final test metrics (also written to eval.json)."""
+def train(run_dir, stack_name: str, force: bool = False, progress: bool = True, resume: bool = False) -> dict:
+    """Train the run's model in one stack; returns the final test metrics (also written to eval.json).
+
+    `resume`: continue from the stack's last checkpoint (weights, Adam's state, the dropout generators, the
+    step in its epoch: the curve goes on as if never stopped); a finished stack returns its metrics, one
+    without a checkpoint starts from the beginning.
+    """
     run_dir, run = Path(run_dir), load_run(run_dir)
     stack, corpus = import_stack(stack_name), _load_corpus(run_dir)
     out = run_dir / stack_name
-    if (out / CHECKPOINT).exists() and not force:
-        raise RunError(f"{out} already holds a trained checkpoint; pass --force to train again from the start")
+    resume = resume and (out / CHECKPOINT).is_file()
+    if resume and (out / EVAL_FILE).is_file():
+        return json.loads((out / EVAL_FILE).read_text())
+    if (out / CHECKPOINT).exists() and not (force or resume):
+        raise RunError(f"{out} already holds a checkpoint; pass --resume to continue it, --force to train again from the start")
     out.mkdir(parents=True, exist_ok=True)
-    for stale in (LOSS_LOG, EVAL_LOG, EVAL_FILE):
-        (out / stale).unlink(missing_ok=True)
+    atomic.sweep_stale(out)
     train_module = importlib.import_module(f"{stack.__name__}.train")
     train_module.set_seed(run.seed)  # a run is repeatable: initial weights (first stack) and dropout masks
     model = stack.build(run.model, run.dtype, **run.config)
     _start_from_initial_weights(run_dir, stack, model, run)
     model, device = train_module.place(model)
     trainer = train_module.Trainer(model, run.model, run.spec)
+    start = _resume(stack, trainer, out) if resume else _Start()
+    if not resume:
+        for stale in (LOSS_LOG, EVAL_LOG, EVAL_FILE):
+            (out / stale).unlink(missing_ok=True)
     started = time.perf_counter()
-    steps = _loop(run, stack, model, trainer, corpus, out, progress)
+    steps = _loop(run, stack, model, trainer, corpus, out, progress, start)
     seconds = time.perf_counter() - started
     result = evaluate(stack, model, run, corpus, final_split(corpus), limit=run.test_batches)
     result.update(stack=stack_name, backend=train_module.backend(), device=device, steps=steps, train_seconds=seconds)
     write_atomic(out / EVAL_FILE, (json.dumps(result, indent=2) + "\n").encode())
     return result
+
+
+@dataclass(frozen=True)
+class _Start:
+    """Where a run's loop begins: the step already taken and its epoch (a fresh run: 0, 0)."""
+
+    step: int = 0
+    epoch: int = 0
+
+
+def _resume(stack, trainer, out: Path) -> _Start:
+    """Load the stack's last checkpoint into `trainer` (weights, Adam's state, the dropout generators) and cut the
+    logs back to it (a run killed while checkpointing may have logged further); where to start."""
+    tensors, metadata = safetensors_io.load(out / CHECKPOINT)
+    state = training.optimizer_from_tensors(tensors, metadata)
+    if state is None or "rng" not in metadata:
+        raise ValueError(f"{out / CHECKPOINT} holds no optimizer or generator state to resume from; train with --force")
+    stack.set_weights(trainer.model, training.weights_without_optimizer(tensors))
+    trainer.load_optimizer_state(state)
+    importlib.import_module(f"{stack.__name__}.train").load_rng_state(trainer.model, json.loads(metadata["rng"]))
+    step, epoch = int(metadata["step"]), int(metadata["epoch"])
+    _keep_json_lines(out / LOSS_LOG, lambda record: record["step"] <= step)
+    _keep_json_lines(out / EVAL_LOG, lambda record: record["epoch"] < epoch)
+    return _Start(step, epoch)
+
+
+def _keep_json_lines(path: Path, keep) -> None:
+    if path.is_file():
+        records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        write_atomic(path, "".join(json.dumps(record) + "\n" for record in records if keep(record)).encode())
 
 
 def final_split(corpus: data.Corpus) -> str:
@@ -217,6 +258,11 @@ class _Progress:
             except ImportError:
                 pass
 
+    def advance(self, steps: int) -> None:
+        """Count steps taken before this process (a resumed run)."""
+        if self.bar is not None and steps:
+            self.bar.update(steps)
+
     def update(self, step: int, loss: float) -> None:
         if self.bar is not None:
             self.bar.update(1)
@@ -229,18 +275,24 @@ class _Progress:
             self.bar.close()
 
 
-def _loop(run: RunConfig, stack, model, trainer, corpus: data.Corpus, out: Path, progress: bool) -> int:
+def _loop(run: RunConfig, stack, model, trainer, corpus: data.Corpus, out: Path, progress: bool, start: _Start) -> int:
     """Epochs of shuffled, bucketed batches, each handed to the stack's `Trainer.train_epoch` (Keras's: `fit`);
-    checkpoints every `checkpoint_every` steps and after each epoch. Returns the number of steps taken."""
+    checkpoints every `checkpoint_every` steps and after each epoch. Begins at `start` (the batches of its epoch
+    before its step skipped). Returns the number of steps taken."""
     steps_per_epoch = math.ceil(len(corpus.splits["train"][0]) / run.batch_size)  # batches keep the last, short one
     total = steps_per_epoch * run.epochs if run.max_steps is None else min(run.max_steps, steps_per_epoch * run.epochs)
     steps = _Steps(run, stack, trainer, corpus, out, total, _Progress(total, progress, f"{run.model} [{stack.__name__}]"))
+    steps.step = steps.saved = start.step
+    steps.bar.advance(start.step)
     try:
-        for epoch in range(run.epochs):
+        for epoch in range(start.epoch, run.epochs):
             steps.start_epoch(epoch)
             batches = corpus.batches("train", run.batch_size, rng=np.random.default_rng([run.seed, epoch]))
-            trainer.train_epoch(steps.inputs(itertools.islice(batches, total - steps.step)), steps.after_step)
-            steps.saved = _checkpoint(stack, trainer, run, corpus, out, steps.step, epoch, steps.log)
+            done_in_epoch = steps.step - epoch * steps_per_epoch  # > 0 only in a resumed run's first epoch
+            if done_in_epoch < steps_per_epoch and steps.step < total:
+                remaining = itertools.islice(batches, done_in_epoch, done_in_epoch + total - steps.step)
+                trainer.train_epoch(steps.inputs(remaining), steps.after_step)
+                steps.saved = _checkpoint(stack, trainer, run, corpus, out, steps.step, epoch, steps.log)
             metrics_of_epoch = evaluate(stack, model, run, corpus, "val", limit=run.eval_batches)
             _append_json_lines(out / EVAL_LOG, [{"epoch": epoch, "step": steps.step, **metrics_of_epoch}])
             if steps.step == total:
@@ -325,6 +377,9 @@ def _checkpoint(stack, trainer, run: RunConfig, corpus: data.Corpus, out: Path, 
         _append_json_lines(out / LOSS_LOG, log)
         log.clear()
     train_module, state = importlib.import_module(f"{stack.__name__}.train"), trainer.optimizer_state()  # once for both
+    weights = stack.get_weights(trainer.model)
+    needed = 2 * 3 * sum(array.nbytes for array in weights.values())  # two files, each the weights and two moments
+    atomic.check_free_space(out, needed, "the checkpoint")
     trainer.save_checkpoint(out / f"checkpoint{train_module.NATIVE_SUFFIX}", state)
     moments, optimizer_metadata = training.optimizer_tensors(state)
     metadata = {
@@ -335,8 +390,9 @@ def _checkpoint(stack, trainer, run: RunConfig, corpus: data.Corpus, out: Path, 
         "src_vocab": corpus.src_vocab.fingerprint,
         "tgt_vocab": corpus.tgt_vocab.fingerprint,
         "config": json.dumps(run.config, sort_keys=True),
+        "rng": json.dumps(train_module.rng_state(trainer.model)),  # the dropout generators: a resumed run goes on alike
     }
-    safetensors_io.save(out / CHECKPOINT, {**stack.get_weights(trainer.model), **moments}, {**metadata, **optimizer_metadata})
+    safetensors_io.save(out / CHECKPOINT, {**weights, **moments}, {**metadata, **optimizer_metadata})
     return step
 
 
@@ -373,8 +429,15 @@ def translate(run_dir, stack_name: str, sentence: str, heatmap=None) -> dict:
 
     Returns the source and output tokens (up to and including `<eos>`) and the attention `[L, S]`.
     """
+    if heatmap is not None and not Path(heatmap).parent.is_dir():
+        raise ValueError(f"{heatmap}: its folder {Path(heatmap).parent} does not exist: create it first")
     stack, model, run, corpus = load_trained(run_dir, stack_name)
     src, source_tokens = encode_sentence(corpus, sentence)
+    if not catalogue.get(run.model).variable_length and src.shape[1] > run.max_len:
+        raise ValueError(
+            f"{len(source_tokens)} tokens: {run.model} decodes one output token per input token by re-running its "
+            f"decoder (quadratic in the length), so at most {run.max_len} (the run's max_len)"
+        )
     if catalogue.get(run.model).variable_length:
         decoded = stack.greedy(model, run.model, {"src": src, "src_len": np.array([src.shape[1]])}, max_len=run.max_len)
         tokens, attention = decoded["tokens"][0], decoded["attention"][0]  # [L], [L, S]
@@ -396,22 +459,25 @@ def translate(run_dir, stack_name: str, sentence: str, heatmap=None) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m shared.runner RUN_DIR STACK [--force] [--quiet]`: one stack of `rosetta train`, in its own process."""
+    """`python -m shared.runner RUN_DIR STACK [--force | --resume] [--quiet]`: one stack of `rosetta train`, in its own
+    process."""
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m shared.runner", description=main.__doc__)
     parser.add_argument("run_dir")
     parser.add_argument("stack", choices=list(STACKS))
     parser.add_argument("--force", action="store_true")
+    parser.add_argument("--resume", action="store_true")
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
-    try:
-        result = train(args.run_dir, args.stack, force=args.force, progress=not args.quiet)
-    except ValueError as error:
-        print(f"rosetta: {error}", file=sys.stderr)
-        return 2
-    print(json.dumps(result))
-    return 0
+    if args.force and args.resume:
+        parser.error("--force starts again, --resume continues: pass one")
+
+    def command() -> int:
+        print(json.dumps(train(args.run_dir, args.stack, force=args.force, progress=not args.quiet, resume=args.resume)))
+        return 0
+
+    return failures.guarded(command, f"rosetta train ({args.stack})")
 
 
 if __name__ == "__main__":

@@ -62,17 +62,27 @@ def loads(blob: bytes, source: str = "<bytes>") -> tuple[dict[str, np.ndarray], 
         header = json.loads(blob[8 : 8 + size])
     except (struct.error, ValueError, UnicodeDecodeError) as error:
         raise ValueError(f"{source}: not a safetensors file ({error})") from None
+    if not isinstance(header, dict):
+        raise ValueError(f"{source}: not a safetensors file (its header is a JSON {type(header).__name__}, not an object)")
     metadata = header.pop("__metadata__", {}) or {}
     data = memoryview(blob)[8 + size :]
-    tensors = {}
-    for key, info in header.items():
-        if info.get("dtype") not in _DTYPES:
-            raise ValueError(f"{source}: tensor {key!r} has unsupported dtype {info.get('dtype')!r}")
-        start, end = info["data_offsets"]
+    tensors = {key: _tensor(source, key, info, data) for key, info in header.items()}
+    return tensors, dict(metadata) if isinstance(metadata, dict) else {}
+
+
+def _tensor(source: str, key: str, info, data: memoryview) -> np.ndarray:
+    """One header entry's array; an entry that is not `{dtype, shape, data_offsets}` fitting the data raises."""
+    if not isinstance(info, dict) or info.get("dtype") not in _DTYPES:
+        dtype = info.get("dtype") if isinstance(info, dict) else info
+        raise ValueError(f"{source}: tensor {key!r} has unsupported dtype {dtype!r}")
+    try:
+        start, end = (int(offset) for offset in info["data_offsets"])
+        shape = tuple(int(size) for size in info["shape"])
         if not 0 <= start <= end <= len(data):
-            raise ValueError(f"{source}: tensor {key!r} points outside the file")
-        tensors[key] = np.frombuffer(data[start:end], dtype=_DTYPES[info["dtype"]]).reshape(info["shape"]).copy()
-    return tensors, dict(metadata)
+            raise ValueError("its data_offsets point outside the file")
+        return np.frombuffer(data[start:end], dtype=_DTYPES[info["dtype"]]).reshape(shape).copy()
+    except (KeyError, TypeError, ValueError) as error:
+        raise ValueError(f"{source}: tensor {key!r} is malformed ({error})") from None
 
 
 def save(path: str | os.PathLike, tensors: dict[str, np.ndarray], metadata: dict[str, str] | None = None) -> None:

@@ -40,7 +40,7 @@ STACK_MODULES = {stack: _import(stack) for stack in STACKS}
 
 collect_ignore = []
 if not STACKS:
-    collect_ignore += ["test_stack.py", "test_runner.py", "test_fast_paths.py", "test_stack_bench.py"]
+    collect_ignore += ["test_stack.py", "test_runner.py", "test_fast_paths.py", "test_stack_bench.py", "test_reliability.py"]
 if "torch" not in STACKS:
     collect_ignore.append("test_torch_documents.py")
 if len(STACKS) < 2:

@@ -18,7 +18,7 @@ import torch
 
 import tf_impl
 import torch_impl
-from shared import catalogue, fixtures, training
+from shared import bench, catalogue, fixtures, training
 from shared.equality import assert_close
 from shared.porting import port
 from shared.training import EQUALITY_SPEC
@@ -126,6 +126,19 @@ def test_fit_on_padded_tf_data_follows_the_static_loop(scheduled):
     losses = keras_fit.StepLosses()
     model.fit(_padded_dataset(name, batch, schedule).repeat(3), epochs=1, verbose=0, callbacks=[losses])
     assert_close(losses.losses, expected, 1e-12, what="fit on padded tf.data")
+
+
+def test_an_epoch_whose_batch_lengths_vary_fits_as_its_steps_do():
+    """`rosetta train --stack tf`'s epochs (`Trainer.train_epoch`, through `fit`) on batches of a real corpus's
+    varying lengths, the first two alike (Keras's adapter infers a PyDataset's shapes from those two)."""
+    name, config = "luong_general", catalogue.get("luong_general").fixture_config
+    shapes = [(5, 4), (5, 4), (8, 7), (3, 6)]
+    batches = [bench.synthetic_batch(name, bench.Sizes(3, s, t), seed=i, config=config) for i, (s, t) in enumerate(shapes)]
+    stepped = Trainer(keras_fit.fixture_model(name, "float64"), name, EQUALITY_SPEC)
+    expected = [stepped.step(batch) for batch in batches]
+    trainer, losses = Trainer(keras_fit.fixture_model(name, "float64"), name, EQUALITY_SPEC), []
+    trainer.train_epoch([(batch, None) for batch in batches], lambda loss: losses.append(loss) or True)
+    assert_close(losses, expected, 1e-12, what="an epoch of varying lengths through fit")
 
 
 def test_negative_control_keras_scan_over_two_sequences_of_unknown_length_fails():

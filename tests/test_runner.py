@@ -118,7 +118,7 @@ def test_a_checkpoint_of_another_vocabulary_is_refused(stack, tmp_path):
 def test_a_second_training_needs_force(stack, tmp_path):
     run_dir, name = _run(tmp_path, epochs=1), _stack_name(stack)
     runner.train(run_dir, name, progress=False)
-    with pytest.raises(runner.RunError, match="pass --force"):
+    with pytest.raises(runner.RunError, match="pass --resume to continue it, --force to train again"):
         runner.train(run_dir, name, progress=False)
     runner.train(run_dir, name, force=True, progress=False)
 

@@ -41,7 +41,6 @@ sublayer, a whole model as tf_impl.train.load_native does, after the same strict
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
 from collections import deque
 from collections.abc import Mapping
@@ -53,6 +52,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.protobuf import trackable_object_graph_pb2
 
+from shared import atomic
 from shared.canonical import RULES, join_key
 from shared.training import MOMENTS, check_optimizer_state
 from tf_impl.train import NATIVE_SUFFIX, _weights_owner, load_adam_state, load_native
@@ -509,17 +509,12 @@ def write(model, folder, optimizer_state: Mapping | None = None) -> str:
         )
     if optimizer_state is not None:
         check_optimizer_state(optimizer_state)
-    temporary = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}."))
-    try:
+    with atomic.staged(folder, folder=True) as temporary:
         objects = dict(parts(model))
         if optimizer_state is not None:
             objects["optimizer"] = _adam_holding(model, objects, optimizer_state)
         tf.train.Checkpoint(**objects).save(str(temporary / PREFIX))
-        os.chmod(temporary, 0o755)  # mkdtemp makes 0700; a checkpoint folder is world-readable like every written file
-        os.replace(temporary, folder)
-    except BaseException:
-        shutil.rmtree(temporary, ignore_errors=True)
-        raise
+        atomic.place(temporary, folder)
     return str(folder / f"{PREFIX}-1")
 
 

@@ -19,6 +19,7 @@ import numpy as np
 from shared import catalogue
 from shared import teacher_forcing as schedules
 from shared.validation import check_batch
+from tf_impl import backends
 
 INPUT_KEYS = ("src", "tgt_in", "src_len", "teacher_forcing")  # a tuple input holds them in this order
 _FIXED_LENGTH_KEYS = INPUT_KEYS[:2]  # document 001's models: no padded sources, always teacher-forced
@@ -180,6 +181,20 @@ class Batches(keras.utils.PyDataset):
 
     def __getitem__(self, index: int):
         return self.batches[index]
+
+
+def epoch_input(batches: list):
+    """`fit`'s input for one epoch of `(x, y)` batches whose lengths vary (a real corpus's): `Batches`, and on
+    TensorFlow a tf.data pipeline whose signature leaves every dimension free. Keras's TensorFlow adapter infers
+    a PyDataset's signature from its first two batches only (NUM_BATCHES_FOR_TENSOR_SPEC): two batches of
+    length 16 fix 16, and a later one of 24 fails (what `rosetta train --stack tf` met on Multi30k)."""
+    if backends.name() != "tensorflow":
+        return Batches(batches)
+    import tensorflow as tf
+
+    signature = keras.tree.map_structure(lambda array: tf.TensorSpec((None,) * np.ndim(array), array.dtype), batches[0])
+    dataset = tf.data.Dataset.from_generator(lambda: iter(batches), output_signature=signature)
+    return dataset.apply(tf.data.experimental.assert_cardinality(len(batches)))
 
 
 class AfterStep(keras.callbacks.Callback):

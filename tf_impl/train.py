@@ -9,15 +9,13 @@ format (`.weights.h5`).
 from __future__ import annotations
 
 import importlib
-import os
-import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 import keras
 import numpy as np
 
-from shared import catalogue
+from shared import atomic, catalogue
 from shared.training import MOMENTS, TrainSpec, check_optimizer_state
 from shared.validation import prepare
 from tf_impl import backends, fitting
@@ -69,7 +67,7 @@ class Trainer:
     def train_epoch(self, steps: Iterable[tuple[Mapping, object]], after_step: Callable[[float], bool]) -> None:
         """One `fit` epoch over `steps`, (batch, teacher-forcing schedule) pairs, each checked as `step` checks
         it; `after_step(loss)` after each update (its norm in `grad_norms[-1]`) ends the epoch by returning False."""
-        keras_batches = fitting.Batches([fitting.keras_batch(*self._prepare(batch, schedule)) for batch, schedule in steps])
+        keras_batches = fitting.epoch_input([fitting.keras_batch(*self._prepare(batch, schedule)) for batch, schedule in steps])
         self.keras_model.fit(
             keras_batches,
             epochs=1,
@@ -105,7 +103,7 @@ class Trainer:
             if whole
             else (lambda t: self.model.save_weights(t, overwrite=True))
         )
-        _write_atomic_with(write, path)
+        atomic.write_with(write, path)
 
     def load_checkpoint(self, path) -> None:
         """Continue from a checkpoint file of this stack (weights, Adam's moments and step counter)."""
@@ -123,6 +121,25 @@ class Trainer:
 def set_seed(seed: int) -> None:
     """Seed Keras's generators: the initial weights `build` draws and the dropout masks of training."""
     keras.utils.set_random_seed(seed)
+
+
+def rng_state(model) -> dict:
+    """The generators dropout draws from (each Dropout layer's Keras SeedGenerator, in the model's order; their
+    variables' names are numbered process-wide, so not a key), as JSON-able lists."""
+    return {"seed_generators": [np.asarray(variable.numpy()).ravel().tolist() for variable in _seed_states(model)]}
+
+
+def load_rng_state(model, state: Mapping) -> None:
+    """Restore `rng_state`'s generators."""
+    found, saved = _seed_states(model), state.get("seed_generators", [])
+    if len(found) != len(saved):
+        raise ValueError(f"the checkpoint holds {len(saved)} dropout generators, this model has {len(found)}")
+    for variable, values in zip(found, saved, strict=True):
+        variable.assign(np.asarray(values, dtype=keras.backend.standardize_dtype(variable.dtype)))
+
+
+def _seed_states(model) -> list:
+    return [variable for variable in model.variables if variable.path.endswith("seed_generator_state")]
 
 
 def backend() -> str:
@@ -190,20 +207,7 @@ def save_native(model, path: str | Path, optimizer_state: Mapping | None = None)
     owner = _weights_owner(model)
     if optimizer_state is not None:
         _compile_with_adam(owner, model, optimizer_state)
-    _write_atomic_with(lambda temporary: owner.save_weights(temporary, overwrite=True), path)
-
-
-def _write_atomic_with(write, path: Path) -> None:
-    """`write(temporary)` a file beside `path`, then rename it into place (removed if anything fails)."""
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.name)
-    os.close(handle)
-    try:
-        write(temporary)
-        os.chmod(temporary, 0o644)  # mkstemp makes 0600; a checkpoint is world-readable like every written file
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    atomic.write_with(lambda temporary: owner.save_weights(temporary, overwrite=True), path)
 
 
 def load_native(model, path: str | Path, with_optimizer: bool = False) -> dict | None:
@@ -236,7 +240,7 @@ def save_keras(model, path: str | Path, optimizer_state: Mapping | None = None) 
         if not hasattr(model, "compile"):
             raise ValueError(f"{path}: a .keras file of a bare layer ({type(model).__name__}) holds no optimizer")
         _compile_with_adam(model, model, optimizer_state)
-    _write_atomic_with(lambda temporary: keras.saving.save_model(model, temporary), path)
+    atomic.write_with(lambda temporary: keras.saving.save_model(model, temporary), path)
 
 
 def load_keras(path: str | Path, with_optimizer: bool = False) -> tuple[object, dict | None]:

@@ -6,6 +6,7 @@ in the stack's own format (`.pt`, a state_dict read back with `weights_only=True
 
 from __future__ import annotations
 
+import base64
 import io
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -100,6 +101,24 @@ class Trainer:
 def set_seed(seed: int) -> None:
     """Seed torch's generator: the initial weights `build` draws and the dropout masks of training."""
     torch.manual_seed(seed)
+
+
+def rng_state(model: torch.nn.Module) -> dict:
+    """The generators dropout draws from (torch's global ones: CPU, and every GPU's), as JSON-able text."""
+    states = {"cpu": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        states |= {f"cuda:{i}": state for i, state in enumerate(torch.cuda.get_rng_state_all())}
+    return {name: base64.b64encode(state.numpy().tobytes()).decode() for name, state in states.items()}
+
+
+def load_rng_state(model: torch.nn.Module, state: Mapping) -> None:
+    """Restore `rng_state`'s generators (a GPU's only where that GPU is present)."""
+    tensors = {name: torch.frombuffer(bytearray(base64.b64decode(text)), dtype=torch.uint8) for name, text in state.items()}
+    torch.set_rng_state(tensors.pop("cpu"))
+    for name, tensor in tensors.items():
+        index = int(name.split(":")[1])
+        if index < torch.cuda.device_count():
+            torch.cuda.set_rng_state(tensor, index)
 
 
 def backend() -> str:
