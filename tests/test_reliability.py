@@ -274,13 +274,22 @@ def _interrupt_at(monkeypatch, step: int) -> None:
     monkeypatch.setattr(runner._Steps, "after_step", interrupted)
 
 
+_WHOLE: dict[str, tuple[Path, dict]] = {}  # per stack: the uninterrupted float64 run the resumed ones must follow
+
+
+def _whole_run(name: str, tmp_path_factory) -> tuple[Path, dict]:
+    if name not in _WHOLE:
+        run_dir = _run(tmp_path_factory.mktemp(f"whole-{name}"), dtype="float64")
+        _WHOLE[name] = run_dir, runner.train(run_dir, name, progress=False)
+    return _WHOLE[name]
+
+
 @pytest.mark.parametrize("stop_at", [5, 7], ids=["after_an_epoch_checkpoint", "mid_epoch"])
-def test_a_resumed_run_follows_the_uninterrupted_curve(stack, tmp_path, monkeypatch, stop_at):
+def test_a_resumed_run_follows_the_uninterrupted_curve(stack, tmp_path, tmp_path_factory, monkeypatch, stop_at):
     """float64; checkpoints every 3 steps and at each 4-step epoch's end: stopped at step 5 it resumes from 4 (the
     epoch's evaluation redone), at 7 from 6 (two batches of epoch 2 skipped)."""
     name = _stack_name(stack)
-    whole = _run(tmp_path / "whole", dtype="float64")
-    expected = runner.train(whole, name, progress=False)
+    whole, expected = _whole_run(name, tmp_path_factory)
     run_dir = _run(tmp_path / "stopped", dtype="float64")
     with monkeypatch.context() as patch:
         _interrupt_at(patch, stop_at)
@@ -294,10 +303,9 @@ def test_a_resumed_run_follows_the_uninterrupted_curve(stack, tmp_path, monkeypa
     assert runner.train(run_dir, name, progress=False, resume=True) == json.loads((run_dir / name / runner.EVAL_FILE).read_text())
 
 
-def test_negative_control_a_resume_without_adams_state_leaves_the_curve(stack, tmp_path, monkeypatch):
+def test_negative_control_a_resume_without_adams_state_leaves_the_curve(stack, tmp_path, tmp_path_factory, monkeypatch):
     name = _stack_name(stack)
-    whole = _run(tmp_path / "whole", dtype="float64")
-    runner.train(whole, name, progress=False)
+    whole, _ = _whole_run(name, tmp_path_factory)
     run_dir = _run(tmp_path / "stopped", dtype="float64")
     with monkeypatch.context() as patch:
         _interrupt_at(patch, 7)
