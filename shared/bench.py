@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import importlib
 import json
 import os
 import platform
@@ -29,8 +28,10 @@ from pathlib import Path
 
 import numpy as np
 
-from shared import catalogue
+from shared import catalogue, documents, stacks
 from shared.atomic import write_atomic
+from shared.fixtures import synthetic_batch
+from shared.specs import Sizes
 from shared.training import TrainSpec
 
 SCHEMA = 1
@@ -54,24 +55,9 @@ BENCH_SPEC = TrainSpec(lr=1e-3, clip_norm=1.0)  # every train step: Adam and glo
 REVERSE_MODELS = tuple(name for name in catalogue.built() if catalogue.get(name).document == "001")
 
 
-@dataclasses.dataclass(frozen=True)
-class Sizes:
-    batch: int
-    src_len: int
-    tgt_len: int  # decoder steps
-
-
-# The documents' training configurations; sequence lengths of the real-data models are typical padded
-# batch lengths (Multi30k batches padded to a multiple of 8: 24; spa-eng: the tutorial's 16 and 10 steps).
-DOCUMENT_SIZES = {
-    "additive_attention": Sizes(32, 10, 10),
-    **{name: Sizes(32, 10, 10) for name in REVERSE_MODELS},
-    "bahdanau_bigru": Sizes(128, 24, 24),
-    "luong_dot": Sizes(128, 24, 24),
-    "luong_general": Sizes(128, 24, 24),
-    "luong_concat": Sizes(128, 24, 24),
-    "tf_tutorial": Sizes(64, 16, 10),
-}
+def document_sizes(name: str) -> Sizes:
+    """The batch shape model `name` trains at in its document (shared.documents)."""
+    return documents.get(catalogue.get(name).document).sizes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,7 +143,7 @@ def _tasks(name: str) -> tuple[str, ...]:
 
 
 def _sweep_sizes(profile: Profile, name: str) -> list[tuple[str, Sizes]]:
-    base = DOCUMENT_SIZES[name]
+    base = document_sizes(name)
     by_length = [("seq_len", Sizes(base.batch, n, n)) for n in profile.seq_lens if n != base.src_len]
     by_batch = [("batch", dataclasses.replace(base, batch=b)) for b in profile.batches if b != base.batch]
     return by_length + by_batch
@@ -176,7 +162,7 @@ def cases(profile: Profile, stack: str, threads: int, device: str = "cpu", backe
     modes = [m for m in modes if profile.modes is None or m in profile.modes]
     found = []
     for name in profile.models:
-        document = DOCUMENT_SIZES[name] if profile.name != "smoke" else small_sizes(DOCUMENT_SIZES[name])
+        document = document_sizes(name) if profile.name != "smoke" else small_sizes(document_sizes(name))
         for task in _tasks(name):
             for mode in modes:
                 if task == "greedy" and mode != "eager" and stack == "tf" and backend not in COMPILED_GREEDY_BACKENDS:
@@ -189,29 +175,6 @@ def cases(profile: Profile, stack: str, threads: int, device: str = "cpu", backe
                 for sweep, sizes in _sweep_sizes(profile, name):
                     found += [Case(name, "train_step", impl, mode, sweep, sizes) for impl in ("ours", "as_written")]
     return found
-
-
-def synthetic_batch(name: str, sizes: Sizes, seed: int = 0, config: dict | None = None) -> dict[str, np.ndarray]:
-    """Random inputs of `sizes` for model `name` at `config` (default: the document's vocabularies and
-    widths); real tokens, no padding."""
-    spec, rng = catalogue.get(name), np.random.default_rng(seed)
-    config = config or spec.config
-    if spec.interface == "attention":
-        return {
-            "query": rng.standard_normal((sizes.batch, sizes.tgt_len, config["decoder_dim"])),
-            "values": rng.standard_normal((sizes.batch, sizes.src_len, config["encoder_dim"])),
-        }
-    src_vocab, tgt_vocab = (config[key] for key in spec.vocab_keys)
-    first = max(spec.pad_id, spec.sos_id, spec.eos_id, -1) + 1  # ids below are special tokens
-    batch = {
-        "src": rng.integers(first, src_vocab, (sizes.batch, sizes.src_len)),
-        "tgt_in": rng.integers(first, tgt_vocab, (sizes.batch, sizes.tgt_len)),
-        "tgt_out": rng.integers(first, tgt_vocab, (sizes.batch, sizes.tgt_len)),
-    }
-    if spec.variable_length:
-        batch["src_len"] = np.full(sizes.batch, sizes.src_len)
-        batch["tgt_in"][:, 0] = spec.sos_id
-    return batch
 
 
 def time_calls(fn, warmup: int, repeats: int, big_repeats: int) -> dict:
@@ -315,7 +278,7 @@ def measure(stack: str, profile: Profile, threads: int, results_dir, progress=pr
     the run's JSON file atomically under `results_dir` (see `result_path`) and return its path."""
     if stack not in STACK_MODES:
         raise ValueError(f"unknown stack {stack!r}; known: {', '.join(STACK_MODES)}")
-    bench = importlib.import_module(f"{'torch_impl' if stack == 'torch' else 'tf_impl'}.bench")
+    bench = stacks.import_module(stack, "bench")
     device = bench.configure(threads)
     environment = _environment(bench, stack, profile, threads, device)
     rows = []

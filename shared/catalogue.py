@@ -13,14 +13,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-DOCUMENTS = {
-    "000": "000_54ddd9fdfef18775.txt",
-    "001": "001_53808794ad28b78b.txt",
-    "002": "002_c293ad85667b8fb0.txt",
-    "003": "003_b5e5fc45bfc80153.txt",
-    "004": "004_1820e7ea9d3d655d.txt",
-}
-
 # Special token ids of the synthetic reverse task (document 001 gives none; ours).
 PAD_ID, SOS_ID, EOS_ID = 0, 1, 2
 # torchtext's order for Multi30k (documents 002/003): <unk> <pad> <sos> <eos>.

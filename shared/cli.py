@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import subprocess
@@ -12,6 +11,7 @@ from pathlib import Path
 
 from shared import catalogue, failures
 from shared.atomic import write_atomic
+from shared.stacks import STACKS, import_stack
 
 
 def _number(kind, low, *, above: bool = False, high=None):
@@ -52,7 +52,7 @@ def _fixtures(args) -> int:
     from shared import fixtures
 
     torch.set_num_threads(1)  # one thread: float64 sums in one fixed order
-    stack = importlib.import_module("torch_impl")
+    stack = import_stack("torch")
     names = args.models or catalogue.built()
     changed = fixtures.write_goldens(stack, names, check=args.check)
     verb = "differ from a fresh generation" if args.check else "rewritten"
@@ -77,7 +77,7 @@ def _equality(args) -> int:
     from shared import equality, training
 
     _use_backend(args.backend)
-    stacks = [importlib.import_module(module) for module in ("torch_impl", "tf_impl")]
+    stacks = [import_stack(stack) for stack in STACKS]
     backend = stacks[1].backends.name()
     names = args.models or catalogue.built()
     outputs = {}  # (name, dtype) -> both stacks' fixture outputs, for the report's heatmaps
@@ -227,7 +227,7 @@ def _train(args) -> int:
     else:
         sizes, options = _key_values(args.set, "--set"), _key_values(args.data_option, "--data-option")
         run = runner.create_run(run_dir, args.model, args.data_dir, sizes, options, spec=spec, dtype=args.dtype, **settings)
-    stacks = list(runner.STACKS) if args.stack == "both" else [args.stack]
+    stacks = list(STACKS) if args.stack == "both" else [args.stack]
     if args.prepare:
         print(f"prepared {run_dir}: train it with `python -m shared.runner {run_dir} STACK` (no data folder or spaCy needed)")
         return 0
@@ -280,7 +280,7 @@ def _reproduction(args) -> int:
     from shared import reproduction, runner
 
     for run_dir in args.runs:
-        for stack in runner.STACKS:
+        for stack in STACKS:
             if (Path(run_dir) / stack / runner.LOSS_LOG).is_file():
                 print(f"summary: {reproduction.write_summary(run_dir, stack, args.results)}")
     summaries = reproduction.load_summaries(args.results)
@@ -296,7 +296,7 @@ def _reproduction(args) -> int:
 def _add_train(commands) -> None:
     train = commands.add_parser("train", help="train a catalogue model in one stack or both (same initial weights, same batches)")
     train.add_argument("model", help="catalogue name (rosetta models)")
-    train.add_argument("--stack", choices=["torch", "tf", "both"], default="both", help="both: torch, then tf, one process each")
+    train.add_argument("--stack", choices=[*STACKS, "both"], default="both", help="both: torch, then tf, one process each")
     train.add_argument("--run-dir", help="the run folder (default runs/<model>)")
     train.add_argument("--data-dir", help="the folder holding multi30k/ and spa-eng/ (default $ROSETTA_DATA_DIR)")
     train.add_argument("--epochs", type=COUNT, help="default: the document's")
@@ -324,14 +324,14 @@ def _add_train(commands) -> None:
     train.set_defaults(func=_train)
     evaluate = commands.add_parser("evaluate", help="metrics of a run's checkpoint on a split")
     evaluate.add_argument("run_dir")
-    evaluate.add_argument("--stack", choices=["torch", "tf"], required=True)
+    evaluate.add_argument("--stack", choices=STACKS, required=True)
     evaluate.add_argument("--split", default="test")
     evaluate.add_argument("--batches", type=COUNT, help="only the first N batches")
     evaluate.set_defaults(func=_evaluate)
     translate = commands.add_parser("translate", help="greedy translation of one sentence, with its attention heatmap")
     translate.add_argument("run_dir")
     translate.add_argument("sentence")
-    translate.add_argument("--stack", choices=["torch", "tf"], required=True)
+    translate.add_argument("--stack", choices=STACKS, required=True)
     translate.add_argument("--heatmap", help="write the attention heatmap to this PNG")
     translate.set_defaults(func=_translate)
     reproduce = commands.add_parser("reproduction", help="summarise trained runs and tabulate them beside the documents' figures")
@@ -345,7 +345,7 @@ def _add_train(commands) -> None:
 def _bench(args) -> int:
     from shared import bench
 
-    stacks = ["torch", "tf"] if args.stack == "both" else [args.stack]
+    stacks = list(STACKS) if args.stack == "both" else [args.stack]
     threads = [int(n) for n in args.threads.split(",")] if args.threads else None
     if threads and min(threads) < 1:
         raise ValueError(f"--threads takes positive counts, got {args.threads!r}")
@@ -436,7 +436,7 @@ def _add_bench_and_report(commands) -> None:
 
     bench = commands.add_parser("bench", help="time every model's train step and greedy decoding in each stack and mode")
     bench.add_argument("--profile", choices=list(PROFILES), default="default", help="default: reverse task; full: all")
-    bench.add_argument("--stack", choices=["torch", "tf", "both"], default="both", help="one process per stack and thread count")
+    bench.add_argument("--stack", choices=[*STACKS, "both"], default="both", help="one process per stack and thread count")
     bench.add_argument("--threads", help="comma-separated CPU thread counts (default: the profile's, 1,2)")
     bench.add_argument("--models", nargs="*", help="only these catalogue models")
     bench.add_argument("--modes", help="only these modes, comma-separated (eager, compile, function, xla)")

@@ -23,7 +23,6 @@ Keras to torch puts the bias in `b_ih` and zeros `b_hh`.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import inspect
 import json
 import math
@@ -33,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from shared import layouts, references
+from shared import layouts, references, stacks
 
 SUMMED_NOTE = (
     "{targets}: a stock Keras {layer} holds one bias, so b_ih + b_hh were summed into it: the forward pass is "
@@ -100,9 +99,6 @@ class Conversion:
         return "\n".join(lines)
 
 
-STACKS = {"torch": "torch_impl.conversion", "tf": "tf_impl.conversion"}
-
-
 def stack_of(model) -> str:
     """ "torch" for an nn.Module, "tf" for a Keras layer or model; ValueError otherwise."""
     stack = references.stack_of(model)
@@ -112,7 +108,7 @@ def stack_of(model) -> str:
 
 
 def walker(stack: str):
-    return importlib.import_module(STACKS[stack])
+    return stacks.import_module(stack, "conversion")
 
 
 def convert(source, target, key_map=None, rules=None) -> Conversion:

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from shared import catalogue
+from shared import catalogue, documents
 from shared.atomic import write_atomic
 from shared.vocab import TORCHTEXT_SPECIALS, Vocab, build_keras_vocab, build_vocab
 
@@ -43,8 +43,6 @@ OPTIONS = {
     # the old tutorial: first 30,000 lines, sklearn train_test_split(test_size=0.2), unseeded
     "spa_eng": {"num_examples": 30_000, "val_fraction": 0.2, "seed": 0},
 }
-_DOCUMENT_DATASET = {"000": None, "001": "reverse", "002": "multi30k", "003": "multi30k", "004": "spa_eng"}
-
 MULTI30K_FILES = {"train": "train", "val": "val", "test": "test2016"}  # split -> WMT16 file stem
 MULTI30K_LANGS = ("de", "en")  # source German, target English
 SPA_ENG_MEMBER = "spa-eng/spa.txt"
@@ -74,7 +72,7 @@ def dataset_for_model(name: str) -> str | None:
     spec = catalogue.CATALOGUE.get(name)
     if spec is None:
         raise ValueError(f"unknown model {name!r}; the catalogue holds: {', '.join(catalogue.CATALOGUE)}")
-    return _DOCUMENT_DATASET[spec.document]
+    return documents.get(spec.document).dataset
 
 
 # ---------------------------------------------------------------- document 001: the reverse task

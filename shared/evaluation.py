@@ -1,5 +1,5 @@
 """Evaluation of a trained model in either stack: the metrics of a split, greedy decoding, and the
-documents' own ways of computing the figures they report (DOCUMENT_RESULTS).
+documents' own ways of computing the figures they report (shared.documents: `Reported`).
 
 The stack is passed in as its contract module (`run`, `greedy`), so this module imports no framework.
 """
@@ -7,33 +7,12 @@ The stack is passed in as its contract module (`run`, `greedy`), so this module 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from shared import catalogue, data, metrics
+from shared import catalogue, data, documents, metrics
 from shared import teacher_forcing as schedules
-
-if TYPE_CHECKING:
-    from shared.runner import RunConfig
-
-# How each document computed the loss it reports, and its figures, for the reproduction table.
-DOCUMENT_RESULTS = {
-    "003": {
-        "model": "luong_general",
-        "figures": {"test loss": 2.63, "test perplexity": 13.84},
-        "protocol": {"teacher_force_ratio": 0.5, "count_first_position": True},
-        "how": "its `step` evaluates with Model.forward's default teacher_force_ratio 0.5 and counts position 0, "
-        "whose logits are the zero row (log V per sentence); it also leaves dropout on, which we do not copy",
-    },
-    "002": {
-        "model": "bahdanau_bigru",
-        "figures": {"test perplexity": 25.6, "test BLEU": 28.3},
-        "protocol": {"teacher_force_ratio": 0.0, "count_first_position": False},
-        "how": "Ben Trevett's published figures for this architecture: evaluate with teacher forcing off, "
-        "BLEU on greedy translations of at most 50 tokens",
-    },
-}
+from shared.specs import RunConfig
 
 
 def evaluate(stack, model, run: RunConfig, corpus: data.Corpus, split: str, limit: int | None = None) -> dict:
@@ -42,10 +21,11 @@ def evaluate(stack, model, run: RunConfig, corpus: data.Corpus, split: str, limi
     loss, perplexity, token_accuracy: teacher-forced, mean over non-pad targets. sequence_accuracy:
     greedy decoding, every target token right. bleu (real data): greedy translations against the
     untokenized-to-<unk> references. document_loss / document_perplexity: the loss as the model's
-    document computed the figure it reports (DOCUMENT_RESULTS), where it reports one.
+    document computed the figure it reports (shared.documents), where it reports one.
     """
     batches = corpus.batches(split, run.batch_size)[:limit]
-    protocol = DOCUMENT_RESULTS.get(catalogue.get(run.model).document, {}).get("protocol")
+    reported = documents.get(catalogue.get(run.model).document).reported
+    protocol = reported.protocol if reported else None
     totals = dict.fromkeys(("nll", "tokens", "correct", "doc_nll", "doc_tokens"), 0.0)
     predictions, hypotheses = [], []
     for index, batch in enumerate(batches):

@@ -18,6 +18,7 @@ import numpy as np
 from shared import safetensors_io
 from shared.atomic import write_atomic
 from shared.catalogue import ModelSpec, get
+from shared.specs import Sizes
 
 GOLDEN_DIR = Path(__file__).with_name("golden")
 WEIGHT_SCALE = 0.5  # U(-0.5, 0.5): large enough that tanh and softmax are far from linear and uniform
@@ -142,3 +143,26 @@ def write_goldens(stack, names: list[str], check: bool = False) -> list[str]:
             if not check:
                 write_atomic(path, blob)
     return changed
+
+
+def synthetic_batch(name: str, sizes: Sizes, seed: int = 0, config: dict | None = None) -> dict[str, np.ndarray]:
+    """Random inputs of `sizes` for model `name` at `config` (default: the document's vocabularies and
+    widths); real tokens, no padding."""
+    spec, rng = get(name), np.random.default_rng(seed)
+    config = config or spec.config
+    if spec.interface == "attention":
+        return {
+            "query": rng.standard_normal((sizes.batch, sizes.tgt_len, config["decoder_dim"])),
+            "values": rng.standard_normal((sizes.batch, sizes.src_len, config["encoder_dim"])),
+        }
+    src_vocab, tgt_vocab = (config[key] for key in spec.vocab_keys)
+    first = max(spec.pad_id, spec.sos_id, spec.eos_id, -1) + 1  # ids below are special tokens
+    batch = {
+        "src": rng.integers(first, src_vocab, (sizes.batch, sizes.src_len)),
+        "tgt_in": rng.integers(first, tgt_vocab, (sizes.batch, sizes.tgt_len)),
+        "tgt_out": rng.integers(first, tgt_vocab, (sizes.batch, sizes.tgt_len)),
+    }
+    if spec.variable_length:
+        batch["src_len"] = np.full(sizes.batch, sizes.src_len)
+        batch["tgt_in"][:, 0] = spec.sos_id
+    return batch

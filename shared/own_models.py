@@ -13,12 +13,11 @@ fresh model and must give the same outputs bit for bit. Nothing is written unles
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import warnings
 
 import numpy as np
 
-from shared import porting, references
+from shared import porting, references, stacks
 from shared.conversion import Conversion, convert, outputs, verify
 from shared.verification import Check, close, render_check
 
@@ -63,8 +62,7 @@ def port_own(source, destination, torch_model: str | None = None, keras_model: s
     porting.check_destination(src, dst, force)
     factories = _factories(torch_model, keras_model, needed={sides[1]} | ({sides[0]} - _self_contained(src)))
     batch = _load_batch(inputs)
-    stacks = {name: importlib.import_module(f"{porting.STACK_MODULES[name]}.conversion") for name in ("torch", "tf")}
-    source_stack, target_stack = stacks[sides[0]], stacks[sides[1]]
+    source_stack, target_stack = (stacks.import_module(side, "conversion") for side in sides)
     model = None if src.format.name == "keras" else source_stack.build(factories[sides[0]], "float32", batch)
     source32 = source_stack.load_file(model, src.path, src.format.name, factories.get(sides[0]), batch)
     target32 = target_stack.build(factories[sides[1]], "float32", batch)

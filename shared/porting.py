@@ -27,10 +27,11 @@ from pathlib import Path
 
 import numpy as np
 
-from shared import atomic, catalogue, layouts, references, safetensors_io, training
-from shared.bench import Sizes, synthetic_batch
+from shared import atomic, catalogue, layouts, references, safetensors_io, stacks, training
 from shared.conversion import convert, verify  # your own model: the public converter (shared/conversion.py)
+from shared.fixtures import synthetic_batch
 from shared.layouts import KeyMap
+from shared.specs import Sizes
 from shared.verification import (
     SCALED_BOUND,
     Check,
@@ -61,7 +62,6 @@ FORMATS = {
     "keras": Format("keras", ".keras", "tf", "Keras model", False),
     "tf_checkpoint": Format("tf_checkpoint", ".index", "tf", "TensorFlow checkpoint", False),
 }
-STACK_MODULES = {"torch": "torch_impl", "tf": "tf_impl"}
 VERIFY_SIZES = Sizes(batch=3, src_len=7, tgt_len=6)  # the fixture sentences of a port's verification
 
 
@@ -85,7 +85,7 @@ class Endpoint:
 
 def import_stacks(*names: str) -> dict:
     """The contract modules of `names`, torch imported before TensorFlow (one process holds both)."""
-    return {name: importlib.import_module(STACK_MODULES[name]) for name in ("torch", "tf") if name in names}
+    return {name: stacks.import_stack(name) for name in stacks.STACKS if name in names}
 
 
 def endpoint(text, named: str | None = None, key_map: str | None = None, destination: bool = False) -> Endpoint:

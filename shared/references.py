@@ -29,12 +29,12 @@ from pathlib import Path
 
 import numpy as np
 
+from shared import stacks
 from shared.taps import COMPONENTS
 
 ATTENTION_WEIGHTS = "attention weights"
 LOGITS = "logits"
 KNOWN = (*COMPONENTS, ATTENTION_WEIGHTS, LOGITS)
-STACK_PACKAGES = {"torch": "torch_impl", "tf": "tf_impl"}
 STACK_OF_MODULE = {"torch": "torch", "keras": "tf", "tensorflow": "tf", "tf_keras": "tf"}
 
 
@@ -87,7 +87,7 @@ def make(builder_text: str, runner_text: str | None, source: str) -> Reference:
             "name the layout it follows (--from PRESET, whose runner calls it) or return a function batch -> logits"
         )
     runner = load_callable(runner_text, "runner")
-    references = importlib.import_module(f"{STACK_PACKAGES[stack]}.references")
+    references = stacks.import_module(stack, "references")
     model, dtype = references.in_float64(made, builder, source)
     title = f"{builder_text}({source}), a {type(made).__name__} called by {runner_text}"
     return Reference(title, dtype, lambda batch: as_components(runner(model, batch), runner_text))

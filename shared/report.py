@@ -21,13 +21,12 @@ from pathlib import Path
 
 import numpy as np
 
-from shared import catalogue, plots
+from shared import catalogue, plots, stacks
 from shared.atomic import write_atomic
 from shared.bench import ALL_MODES, STACK_MODES
 from shared.reproduction import document_figures
 
-STACKS = ("torch", "tf")
-LABELS = {"torch": "torch", "tf": "TF"}
+STACKS, LABELS = stacks.STACKS, stacks.LABELS
 MODES = STACK_MODES
 # the mode the headline compares ours with as written in: how each stack's code usually runs (PyTorch
 # eagerly, as the documents' listings; Keras in a tf.function, as the TF tutorial's train_step)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from shared import catalogue, evaluation, runner
+from shared import catalogue, documents, runner
 from shared.atomic import write_atomic
 
 CURVE_POINTS = 200  # the loss curve of a summary: at most this many window means
@@ -106,7 +106,7 @@ def table(summaries: list[dict]) -> list[str]:
         ran = f"{s['epochs_finished']}/{s['epochs']} epochs, {s['steps']} steps"
         ran += f", {final['split']} ({final['sentences']})" if final else ""
         ran += "".join(f"; {key}={value}" for key, value in _changed_config(s).items())
-        document = evaluation.DOCUMENT_RESULTS.get(s["document"], {})
+        document = documents.get(s["document"]).reported
         reported = document_figures(s["model"], s["document"], s["dataset"])
         as_document = f"{_number(final.get('document_loss'))} / {_number(final.get('document_perplexity'))}"
         bleu = _number(final.get("bleu"), 1)
@@ -120,15 +120,15 @@ def table(summaries: list[dict]) -> list[str]:
 
 
 def document_figures(model: str, document: str, dataset: str) -> str:
-    """The figures `model`'s document reports (evaluation.DOCUMENT_RESULTS), as a table cell."""
+    """The figures `model`'s document reports (shared.documents), as a table cell."""
     if dataset == "reverse":
         return "no figure (target: sequence accuracy >= 99%)"
-    reported = evaluation.DOCUMENT_RESULTS.get(document)
+    reported = documents.get(document).reported
     if reported is None:
         return "-"
-    if reported["model"] != model:
-        return f"(for {reported['model']})"
-    return ", ".join(f"{key} {value}" for key, value in reported["figures"].items())
+    if reported.model != model:
+        return f"(for {reported.model})"
+    return ", ".join(f"{key} {value}" for key, value in reported.figures.items())
 
 
 def _changed_config(summary: dict) -> dict:
@@ -139,7 +139,7 @@ def _changed_config(summary: dict) -> dict:
 
 def _changed_spec(summary: dict) -> dict:
     """The training-spec entries a run changed from its document's setup (teacher forcing, lr, ...)."""
-    document = dataclasses.asdict(runner.DOCUMENT_TRAINING[summary["document"]]["spec"])
+    document = dataclasses.asdict(documents.get(summary["document"]).training.spec)
     return {key: value for key, value in summary["spec"].items() if document[key] != value and key != "betas"}
 
 
@@ -155,7 +155,7 @@ def curve_table(summaries: list[dict]) -> list[str]:
 
 def render(summaries: list[dict]) -> str:
     """The reproduction page: results beside the documents' figures, then the cross-stack curve differences."""
-    notes = [f"- document {doc} ({r['model']}): {r['how']}." for doc, r in evaluation.DOCUMENT_RESULTS.items()]
+    notes = [f"- document {d.number} ({d.reported.model}): {d.reported.how}." for d in documents.with_reports()]
     return "\n".join([
         "# Reproduction runs",
         "",

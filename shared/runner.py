@@ -19,7 +19,6 @@ submodule holds the `Trainer`; this module imports no framework.
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import itertools
 import json
@@ -27,80 +26,25 @@ import math
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from shared import atomic, catalogue, data, failures, safetensors_io, training
+from shared import atomic, catalogue, data, documents, failures, safetensors_io, stacks, training
 from shared import teacher_forcing as schedules
 from shared.atomic import write_atomic
 from shared.evaluation import encode_sentence, evaluate, rerun_greedy
-from shared.training import TrainSpec
+from shared.specs import RunConfig
 
 RUN_FILE, INITIAL_FILE, CORPUS_DIR = "run.json", "initial.safetensors", "corpus"
 CHECKPOINT, LOSS_LOG, EVAL_LOG, EVAL_FILE = "checkpoint.safetensors", "loss.jsonl", "evals.jsonl", "eval.json"
-STACKS = {"torch": "torch_impl", "tf": "tf_impl"}  # import order: torch first
-RUN_FORMAT = "rosetta-run/1"
+STACKS = stacks.STACKS  # import order: torch first
+
 
 # The documents' training setups (batch size, epochs, optimiser, clipping, teacher forcing), by document.
-DOCUMENT_TRAINING = {
-    # document 001 shows no training loop; ours: its batch of 32, Adam at lr 5e-4, clip 1.0 (measured with
-    # reverse_bahdanau: Adam's default 1e-3 without clipping oscillates and ends at 88% sequence accuracy)
-    "001": {"batch_size": 32, "epochs": 10, "spec": TrainSpec(lr=5e-4, clip_norm=1.0)},
-    # Ben Trevett's tutorial for this architecture: Adam, clip 1, teacher forcing 0.5, batch 128, 10 epochs
-    "002": {"batch_size": 128, "epochs": 10, "spec": TrainSpec(clip_norm=1.0, teacher_force_ratio=0.5)},
-    # document 003: Adam, clip 1.0, 10 epochs, batch 128, Model.forward's teacher_force_ratio 0.5
-    "003": {"batch_size": 128, "epochs": 10, "spec": TrainSpec(clip_norm=1.0, teacher_force_ratio=0.5)},
-    # the TensorFlow tutorial: Adam (Keras defaults; eps 1e-7), no clipping, teacher forcing, batch 64, 10 epochs
-    "004": {"batch_size": 64, "epochs": 10, "spec": TrainSpec(eps=1e-7, clip_norm=None)},
-}
-
-
 class RunError(ValueError):
     """A run that cannot go on: diverged, or a folder that holds something else."""
-
-
-@dataclass(frozen=True)
-class RunConfig:
-    """What a run trains, on what, and how; saved as `run.json`.
-
-    Args:
-        config: the model's constructor config (vocabulary sizes from the corpus, then overrides).
-        max_steps: stop after this many steps even if epochs remain (None: every epoch).
-        eval_batches: batches of the validation after each epoch (None: the whole split).
-        test_batches: batches of the final evaluation (None: the whole split; a check run that only
-            compares loss curves sets 1).
-        length_multiple: pad every batch's S and T up to a multiple (pads are masked and ignored by the
-            loss): fewer distinct shapes, so tf.function traces less often.
-    """
-
-    model: str
-    dataset: str
-    config: dict
-    spec: TrainSpec
-    dtype: str = "float32"
-    batch_size: int = 32
-    epochs: int = 10
-    max_steps: int | None = None
-    seed: int = 0
-    checkpoint_every: int = 200
-    eval_batches: int | None = None
-    test_batches: int | None = None
-    max_len: int = 50
-    length_multiple: int = 8
-    corpus_options: dict = field(default_factory=dict)
-
-    def to_json(self) -> dict:
-        return {"format": RUN_FORMAT, **dataclasses.asdict(self), "spec": dataclasses.asdict(self.spec)}
-
-    @classmethod
-    def from_json(cls, record: dict, source: str) -> RunConfig:
-        if not isinstance(record, dict) or record.get("format") != RUN_FORMAT:
-            raise ValueError(f"{source} is not a {RUN_FORMAT} file")
-        fields = {key: value for key, value in record.items() if key != "format"}
-        spec = fields.pop("spec")
-        return cls(**fields, spec=TrainSpec(**{**spec, "betas": tuple(spec["betas"])}))
 
 
 # ---------------------------------------------------------------- creating and reading a run folder
@@ -109,9 +53,9 @@ class RunConfig:
 def document_defaults(model: str) -> dict:
     """The document's batch size, epochs and TrainSpec for `model`."""
     document = catalogue.get(model).document
-    if document not in DOCUMENT_TRAINING:
+    if documents.get(document).training is None:
         raise ValueError(f"model {model!r} (document {document}) has no training data: document {document} trains nothing")
-    return DOCUMENT_TRAINING[document]
+    return documents.training_defaults(document)
 
 
 def create_run(run_dir, model: str, data_dir=None, overrides: dict | None = None, corpus_options: dict | None = None,
@@ -149,11 +93,7 @@ def load_run(run_dir) -> RunConfig:
         raise ValueError(f"{path} is corrupt: {error}") from None
 
 
-def import_stack(stack: str):
-    """The contract module of `stack` ("torch" or "tf")."""
-    if stack not in STACKS:
-        raise ValueError(f"unknown stack {stack!r}; known: {', '.join(STACKS)}")
-    return importlib.import_module(STACKS[stack])
+import_stack = stacks.import_stack
 
 
 # ---------------------------------------------------------------- training

@@ -12,48 +12,13 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 
 from shared import catalogue, fixtures
 from shared import teacher_forcing as schedules
-
-OPTIMIZERS = ("torch_adam", "keras_adam")
-CLIPPINGS = ("global", "per_variable", "keras_global")
-
-
-@dataclass(frozen=True)
-class TrainSpec:
-    """One training run's optimiser, clipping and teacher forcing.
-
-    Args:
-        optimizer: "torch_adam" (PyTorch's rule, both stacks) or "keras_adam" (stock Keras Adam, tf only).
-        clip_norm: clipping threshold; None for no clipping.
-        clipping: "global" (torch's clip_grad_norm_, both stacks), or, tf only and to show their drift,
-            "per_variable" (Keras's `clipnorm`) or "keras_global" (Keras's `global_clipnorm`: no 1e-6).
-        teacher_force_ratio: probability of feeding the true token at each decoder step (documents
-            002/003); the flips are drawn per step from `seed`.
-    """
-
-    lr: float = 1e-3
-    betas: tuple[float, float] = (0.9, 0.999)
-    eps: float = 1e-8
-    clip_norm: float | None = 1.0
-    clipping: str = "global"
-    optimizer: str = "torch_adam"
-    teacher_force_ratio: float = 1.0
-    seed: int = 0
-
-    def __post_init__(self):
-        if self.optimizer not in OPTIMIZERS:
-            raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
-        if self.clipping not in CLIPPINGS:
-            raise ValueError(f"clipping must be one of {', '.join(CLIPPINGS)}, got {self.clipping!r}")
-        if not self.lr > 0 or not self.eps > 0 or not all(0 <= b < 1 for b in self.betas):
-            raise ValueError(f"need lr > 0, eps > 0 and betas in [0, 1): got {self.lr}, {self.eps}, {self.betas}")
-        if self.clip_norm is not None and not self.clip_norm > 0:
-            raise ValueError(f"clip_norm must be positive or None, got {self.clip_norm!r}")
+from shared.specs import TrainSpec
 
 
 def check_torch_rule(spec: TrainSpec) -> None:

@@ -11,8 +11,8 @@ import os
 
 import pytest
 
-KNOWN_STACKS = ("torch", "tf")  # import order: torch first
-MODULES = {"torch": "torch_impl", "tf": "tf_impl"}
+from shared.stacks import PACKAGES as MODULES
+from shared.stacks import STACKS as KNOWN_STACKS  # import order: torch first
 
 
 def _requested() -> list[str]:

@@ -46,7 +46,7 @@ def test_the_full_profile_times_every_model_and_greedy_decoding_of_the_real_data
 
 def test_every_model_has_document_sizes_and_a_synthetic_batch_of_them():
     for name in catalogue.built():
-        sizes = bench.DOCUMENT_SIZES[name]
+        sizes = bench.document_sizes(name)
         batch = bench.synthetic_batch(name, sizes)
         first = next(iter(batch.values()))
         assert first.shape[:2] == (sizes.batch, sizes.src_len if "src" in batch else sizes.tgt_len)

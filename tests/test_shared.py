@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from shared import catalogue, fixtures, safetensors_io, teacher_forcing
+from shared import catalogue, documents, fixtures, safetensors_io, teacher_forcing
 from shared.canonical import RULES, check_weights, reorder_gates
 from shared.validation import check_batch
 
@@ -22,7 +22,7 @@ DESIGN_NAMES = [
 def test_catalogue_holds_the_twelve_models_of_the_design():
     assert list(catalogue.CATALOGUE) == DESIGN_NAMES
     for spec in catalogue.CATALOGUE.values():
-        assert spec.document in catalogue.DOCUMENTS and spec.doc_class and spec.tolerance.reason
+        assert spec.document in documents.DOCUMENTS and spec.doc_class and spec.tolerance.reason
 
 
 def test_shared_imports_with_numpy_alone():

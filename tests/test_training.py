@@ -17,7 +17,7 @@ import pytest
 
 import tf_impl
 import torch_impl
-from shared import catalogue, fixtures, runner, safetensors_io
+from shared import catalogue, documents, fixtures, runner, safetensors_io
 from shared.equality import assert_close
 from shared.training import (
     EQUALITY_SPEC,
@@ -159,7 +159,7 @@ def test_a_run_on_real_data_trains_both_stacks_on_the_same_curve(tmp_path):
     if not (data_dir / "spa-eng" / "spa-eng.zip").is_file():
         pytest.skip(f"no spa-eng data at {data_dir} (set ROSETTA_DATA_DIR or keep ../shared/data beside the clone)")
     sizes = {"embedding_dim": 8, "units": 12}
-    spec = replace(runner.DOCUMENT_TRAINING["004"]["spec"], teacher_force_ratio=0.5, clip_norm=0.5)
+    spec = replace(documents.get("004").training.spec, teacher_force_ratio=0.5, clip_norm=0.5)
     runner.create_run(tmp_path, "tf_tutorial", data_dir, overrides=sizes, corpus_options={"num_examples": 200},
                       dtype="float64", batch_size=32, epochs=1, spec=spec)  # fmt: skip
     measured = _train_both(tmp_path)

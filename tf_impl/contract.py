@@ -11,7 +11,7 @@ import numpy as np
 
 from shared import catalogue, taps
 from shared.validation import check_max_len, prepare
-from tf_impl import backends
+from tf_impl import backends, serializable
 from tf_impl.weights import get_grads, get_weights, leaves, set_weights
 
 __all__ = ["build", "get_weights", "set_weights", "run", "trace", "loss_and_grads", "greedy"]
@@ -32,12 +32,15 @@ def build(name: str, dtype: str = "float32", as_written: bool = False, **overrid
     model = factory(**config, dtype=dtype)
     model.rosetta_name, model.rosetta_config = name, config
     _set_as_written(model, True)
-    _outputs(model, spec, _tensors(model, _dummy_batch(spec, config)))  # one call creates every variable
+    model_outputs(model, spec, as_tensors(model, _dummy_batch(spec, config)))  # one call creates every variable
     for layer in model._flatten_layers(include_self=True, recursive=True):
         layer.built = True  # so a later model(...) does not build again, nor Keras's trainers re-trace the model at
         # every train_on_batch for a layer called only through its methods (the decoders' decode and step)
     _set_as_written(model, as_written)
     return model
+
+
+serializable.register_builder(build)
 
 
 def _set_as_written(model, as_written: bool) -> None:
@@ -53,13 +56,13 @@ def _dummy_batch(spec: catalogue.ModelSpec, config: dict) -> dict[str, np.ndarra
     return {"src": np.zeros((1, 2), np.int64), "tgt_in": np.zeros((1, 1), np.int64)}
 
 
-def _tensors(model, arrays: Mapping[str, np.ndarray]) -> dict:
+def as_tensors(model, arrays: Mapping[str, np.ndarray]) -> dict:
     return {
         key: keras.ops.convert_to_tensor(a, model.compute_dtype if a.dtype.kind == "f" else "int64") for key, a in arrays.items()
     }
 
 
-def _outputs(model, spec: catalogue.ModelSpec, tensors: dict, schedule=None, training=False) -> dict:
+def model_outputs(model, spec: catalogue.ModelSpec, tensors: dict, schedule=None, training=False) -> dict:
     """The model's outputs on `tensors`; `training` turns dropout on (torch's train mode)."""
     if spec.interface == "attention":
         context, attention = model.attend(tensors["query"], tensors["values"])  # (B, T, De), (B, T, S)
@@ -69,7 +72,7 @@ def _outputs(model, spec: catalogue.ModelSpec, tensors: dict, schedule=None, tra
     return {"logits": logits} if attention is None else {"logits": logits, "attention": attention}
 
 
-def _loss(spec: catalogue.ModelSpec, outputs: dict, tensors: dict):
+def training_loss(spec: catalogue.ModelSpec, outputs: dict, tensors: dict):
     """Cross-entropy from logits, mean over non-pad targets; for the bare attention layer, mean(context^2).
 
     `from_logits=True` (the models return logits, as torch's cross_entropy expects) and `ignore_class`
@@ -84,9 +87,8 @@ def _loss(spec: catalogue.ModelSpec, outputs: dict, tensors: dict):
 def run(model, name: str, batch: Mapping, teacher_forcing=None) -> dict[str, np.ndarray]:
     """Inference outputs (training=False) as numpy, batch-first: logits/context and attention."""
     spec, arrays, schedule = prepare(name, model.rosetta_config, batch, teacher_forcing)
-    return {
-        key: keras.ops.convert_to_numpy(value) for key, value in _outputs(model, spec, _tensors(model, arrays), schedule).items()
-    }
+    outputs = model_outputs(model, spec, as_tensors(model, arrays), schedule)
+    return {key: keras.ops.convert_to_numpy(value) for key, value in outputs.items()}
 
 
 def trace(model, name: str, batch: Mapping) -> dict[str, np.ndarray]:
@@ -103,7 +105,7 @@ def greedy(model, name: str, batch: Mapping, max_len: int = 50) -> dict[str, np.
     max_len = check_max_len(max_len)
     if not spec.variable_length:
         raise ValueError(f"model {name!r} has no greedy decoding (document {spec.document} gives none)")
-    tensors = _tensors(model, arrays)
+    tensors = as_tensors(model, arrays)
     tokens, attention = model.translate(
         tensors["src"], tensors.get("src_len"), max_len=max_len, sos_id=spec.sos_id, eos_id=spec.eos_id, pad_id=spec.pad_id
     )
@@ -114,10 +116,10 @@ def loss_and_grads(model, name: str, batch: Mapping, teacher_forcing=None) -> tu
     """The loss of `batch` and its gradient w.r.t. every canonical weight, dense (an Embedding's repeated rows
     summed, as torch reports them; backends.value_and_gradients on the backend Keras runs on)."""
     spec, arrays, schedule = prepare(name, model.rosetta_config, batch, teacher_forcing, with_targets=True)
-    tensors = _tensors(model, arrays)
+    tensors = as_tensors(model, arrays)
     variables = [var for _, _, found in leaves(model) for var in found.values()]
     loss, gradients = backends.value_and_gradients(
-        lambda: _loss(spec, _outputs(model, spec, tensors, schedule), tensors), variables
+        lambda: training_loss(spec, model_outputs(model, spec, tensors, schedule), tensors), variables
     )
     by_variable = dict(zip(map(id, variables), gradients, strict=True))
     return float(keras.ops.convert_to_numpy(loss)), get_grads(model, lambda variable: _dense(by_variable[id(variable)], variable))

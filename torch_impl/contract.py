@@ -39,14 +39,14 @@ def build(name: str, dtype: str = "float32", as_written: bool = False, **overrid
     return model
 
 
-def _tensors(model: torch.nn.Module, arrays: Mapping[str, np.ndarray]) -> dict[str, torch.Tensor]:
+def as_tensors(model: torch.nn.Module, arrays: Mapping[str, np.ndarray]) -> dict[str, torch.Tensor]:
     """Arrays as tensors on the model's device: floats in its dtype, ids as int64."""
     weight = next(model.parameters())
     dtype_of = {True: weight.dtype, False: torch.long}  # is the array floating-point?
     return {key: torch.as_tensor(a, dtype=dtype_of[a.dtype.kind == "f"], device=weight.device) for key, a in arrays.items()}
 
 
-def _outputs(model: torch.nn.Module, spec: catalogue.ModelSpec, tensors: dict, schedule=None) -> dict[str, torch.Tensor]:
+def model_outputs(model: torch.nn.Module, spec: catalogue.ModelSpec, tensors: dict, schedule=None) -> dict[str, torch.Tensor]:
     if spec.interface == "attention":
         context, attention = model.attend(tensors["query"], tensors["values"])  # [B, T, De], [B, T, S]
         return {"context": context, "attention": attention}
@@ -55,7 +55,7 @@ def _outputs(model: torch.nn.Module, spec: catalogue.ModelSpec, tensors: dict, s
     return {"logits": logits} if attention is None else {"logits": logits, "attention": attention}
 
 
-def _loss(spec: catalogue.ModelSpec, outputs: dict, tensors: dict) -> torch.Tensor:
+def training_loss(spec: catalogue.ModelSpec, outputs: dict, tensors: dict) -> torch.Tensor:
     """Cross-entropy from logits, mean over non-pad targets; for the bare attention layer, mean(context^2)."""
     if spec.interface == "attention":
         return outputs["context"].square().mean()
@@ -67,7 +67,7 @@ def run(model: torch.nn.Module, name: str, batch: Mapping, teacher_forcing=None)
     """Inference outputs (eval mode, no grad) as numpy, batch-first: logits/context and attention."""
     spec, arrays, schedule = prepare(name, model.rosetta_config, batch, teacher_forcing)
     with torch.no_grad(), _eval_mode(model):
-        outputs = _outputs(model, spec, _tensors(model, arrays), schedule)
+        outputs = model_outputs(model, spec, as_tensors(model, arrays), schedule)
     return {key: value.cpu().numpy() for key, value in outputs.items()}
 
 
@@ -85,7 +85,7 @@ def greedy(model: torch.nn.Module, name: str, batch: Mapping, max_len: int = 50)
     max_len = check_max_len(max_len)
     if not spec.variable_length:
         raise ValueError(f"model {name!r} has no greedy decoding (document {spec.document} gives none)")
-    tensors = _tensors(model, arrays)
+    tensors = as_tensors(model, arrays)
     with torch.no_grad(), _eval_mode(model):
         tokens, attention = model.translate(
             tensors["src"], tensors.get("src_len"), max_len=max_len, sos_id=spec.sos_id, eos_id=spec.eos_id, pad_id=spec.pad_id
@@ -105,8 +105,8 @@ def _eval_mode(model: torch.nn.Module):
 def loss_and_grads(model: torch.nn.Module, name: str, batch: Mapping, teacher_forcing=None) -> tuple[float, dict]:
     """The loss of `batch` and its gradient w.r.t. every canonical weight (in the model's current mode)."""
     spec, arrays, schedule = prepare(name, model.rosetta_config, batch, teacher_forcing, with_targets=True)
-    tensors = _tensors(model, arrays)
+    tensors = as_tensors(model, arrays)
     model.zero_grad(set_to_none=True)
-    loss = _loss(spec, _outputs(model, spec, tensors, schedule), tensors)
+    loss = training_loss(spec, model_outputs(model, spec, tensors, schedule), tensors)
     loss.backward()
     return float(loss.detach()), get_grads(model)

@@ -19,7 +19,7 @@ from shared.atomic import write_atomic
 from shared.canonical import check_weights
 from shared.training import MOMENTS, TrainSpec, check_optimizer_state, check_torch_rule
 from shared.validation import prepare
-from torch_impl.contract import _loss, _outputs, _tensors
+from torch_impl.contract import as_tensors, model_outputs, training_loss
 from torch_impl.weights import get_weights
 
 NATIVE_SUFFIX = ".pt"
@@ -42,7 +42,7 @@ class Trainer:
         if mode not in MODES:
             raise ValueError(f"torch trains in mode {' or '.join(MODES)}, got {mode!r}")
         self.model, self.name, self.spec, self.mode = model, name, spec, mode
-        self.loss = loss or _loss
+        self.loss = loss or training_loss
         self.variables = list(model.parameters())
         self.optimizer = torch.optim.Adam(self.variables, lr=spec.lr, betas=spec.betas, eps=spec.eps)
         self.grad_norms: list[float] = []
@@ -51,7 +51,7 @@ class Trainer:
 
     def step(self, batch: Mapping, teacher_forcing=None) -> float:
         _, arrays, schedule = self._prepare(batch, teacher_forcing)
-        loss, norm = self._update(_tensors(self.model, arrays), schedule)
+        loss, norm = self._update(as_tensors(self.model, arrays), schedule)
         self.grad_norms.append(float(norm))
         return float(loss)
 
@@ -95,7 +95,7 @@ class Trainer:
 
     def _forward_loss(self, tensors: dict, forced):
         spec = catalogue.get(self.name)
-        return self.loss(spec, _outputs(self.model, spec, tensors, forced), tensors)
+        return self.loss(spec, model_outputs(self.model, spec, tensors, forced), tensors)
 
 
 def set_seed(seed: int) -> None:

@@ -1,0 +1,98 @@
+"""The plain records other modules share and nothing else: what a training run does (TrainSpec), a run folder's
+settings (RunConfig, its run.json) and a batch's shape (Sizes). No imports of the suite: every module may
+depend on this one."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+RUN_FORMAT = "rosetta-run/1"
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """A batch's shape: batch size, source length, decoder steps."""
+
+    batch: int
+    src_len: int
+    tgt_len: int
+
+
+OPTIMIZERS = ("torch_adam", "keras_adam")
+CLIPPINGS = ("global", "per_variable", "keras_global")
+
+
+@dataclass(frozen=True)
+class TrainSpec:
+    """One training run's optimiser, clipping and teacher forcing.
+
+    Args:
+        optimizer: "torch_adam" (PyTorch's rule, both stacks) or "keras_adam" (stock Keras Adam, tf only).
+        clip_norm: clipping threshold; None for no clipping.
+        clipping: "global" (torch's clip_grad_norm_, both stacks), or, tf only and to show their drift,
+            "per_variable" (Keras's `clipnorm`) or "keras_global" (Keras's `global_clipnorm`: no 1e-6).
+        teacher_force_ratio: probability of feeding the true token at each decoder step (documents
+            002/003); the flips are drawn per step from `seed`.
+    """
+
+    lr: float = 1e-3
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    clip_norm: float | None = 1.0
+    clipping: str = "global"
+    optimizer: str = "torch_adam"
+    teacher_force_ratio: float = 1.0
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
+        if self.clipping not in CLIPPINGS:
+            raise ValueError(f"clipping must be one of {', '.join(CLIPPINGS)}, got {self.clipping!r}")
+        if not self.lr > 0 or not self.eps > 0 or not all(0 <= b < 1 for b in self.betas):
+            raise ValueError(f"need lr > 0, eps > 0 and betas in [0, 1): got {self.lr}, {self.eps}, {self.betas}")
+        if self.clip_norm is not None and not self.clip_norm > 0:
+            raise ValueError(f"clip_norm must be positive or None, got {self.clip_norm!r}")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """What a run trains, on what, and how; saved as `run.json`.
+
+    Args:
+        config: the model's constructor config (vocabulary sizes from the corpus, then overrides).
+        max_steps: stop after this many steps even if epochs remain (None: every epoch).
+        eval_batches: batches of the validation after each epoch (None: the whole split).
+        test_batches: batches of the final evaluation (None: the whole split; a check run that only
+            compares loss curves sets 1).
+        length_multiple: pad every batch's S and T up to a multiple (pads are masked and ignored by the
+            loss): fewer distinct shapes, so tf.function traces less often.
+    """
+
+    model: str
+    dataset: str
+    config: dict
+    spec: TrainSpec
+    dtype: str = "float32"
+    batch_size: int = 32
+    epochs: int = 10
+    max_steps: int | None = None
+    seed: int = 0
+    checkpoint_every: int = 200
+    eval_batches: int | None = None
+    test_batches: int | None = None
+    max_len: int = 50
+    length_multiple: int = 8
+    corpus_options: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {"format": RUN_FORMAT, **dataclasses.asdict(self), "spec": dataclasses.asdict(self.spec)}
+
+    @classmethod
+    def from_json(cls, record: dict, source: str) -> RunConfig:
+        if not isinstance(record, dict) or record.get("format") != RUN_FORMAT:
+            raise ValueError(f"{source} is not a {RUN_FORMAT} file")
+        fields = {key: value for key, value in record.items() if key != "format"}
+        spec = fields.pop("spec")
+        return cls(**fields, spec=TrainSpec(**{**spec, "betas": tuple(spec["betas"])}))
