@@ -1,6 +1,6 @@
 """`rosetta bench`: fair speed measurements of every catalogue model in both stacks.
 
-Fairness (DESIGN.md "Speed, fairly"): one stack per process, the thread count fixed before the
+Fairness (docs/DESIGN.md "Speed, fairly"): one stack per process, the thread count fixed before the
 framework is imported and recorded, warm-up calls discarded, the first call's extra time reported
 as compile/trace time, medians and quartiles over repeats, peak memory per case (the process's peak
 RSS reset before each case on CPU, the framework's own peak counter on GPU), TF32 off on GPU.

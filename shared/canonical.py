@@ -12,7 +12,7 @@ Recurrent leaves hold one *cell* per (layer, direction); the cell suffix is torc
 (`kernel_l0`, `recurrent_kernel_l0_reverse`, ...), so bidirectional and stacked layers need no extra rule.
 
 Bias policy (RNN, GRU and LSTM alike): torch keeps two biases per cell, `bias_ih` and `bias_hh`. Our Keras
-cells keep both too, stacked as one `(2, G*H)` variable, exactly as Keras's own GRU does with
+cells keep both too, stacked as one `[2, G*H]` variable, exactly as Keras's own GRU does with
 `reset_after=True`. Summing them into one Keras bias (the usual conversion) gives the same forward pass
 but *not* the same training: torch gives the gradient g to each of the two biases, so their sum moves
 twice as far under SGD and Adam alike, and global clipping counts g twice. Keeping two rows keeps every
@@ -84,7 +84,7 @@ def cell_suffixes(names) -> list[str]:
 
 
 def recurrent_rule(kind: str, torch_gates: str, keras_gates: str) -> LeafRule:
-    """Rule for nn.RNN/GRU/LSTM (any layers, any direction) <-> our Keras cells with a `(2, G*H)` bias.
+    """Rule for nn.RNN/GRU/LSTM (any layers, any direction) <-> our Keras cells with a `[2, G*H]` bias.
 
     Args:
         torch_gates: torch's gate order along the stacked axis, e.g. "rzn" for GRU.

@@ -21,7 +21,7 @@ MULTI30K_SPECIALS = {"pad_id": 1, "sos_id": 2, "eos_id": 3}
 
 @dataclass(frozen=True)
 class Tolerance:
-    """The equality policy of DESIGN.md; a model that needs more says why in `reason`."""
+    """The equality policy of docs/DESIGN.md; a model that needs more says why in `reason`."""
 
     f64_outputs: float = 1e-12
     # a port's float64 agreement, relative to each component's largest |value| (at least 1): at a trained
@@ -35,7 +35,7 @@ class Tolerance:
     f32_grad_rel: float = 1e-4
     f64_curve: float = 1e-9  # training loss, per step, over 200 steps; also the weights after them
     f32_curve: float = 1e-5
-    reason: str = "the policy of DESIGN.md, no override"
+    reason: str = "the policy of docs/DESIGN.md, no override"
 
 
 @dataclass(frozen=True)

@@ -93,8 +93,8 @@ def reverse_task(num_examples: int, seq_len: int = 10, vocab_size: int = 20, see
     num_examples, seq_len = _check_count("num_examples", num_examples), _check_count("seq_len", seq_len)
     first = max(catalogue.PAD_ID, catalogue.SOS_ID, catalogue.EOS_ID) + 1
     vocab_size = _check_count("vocab_size", vocab_size, first + 1)
-    src = np.random.default_rng(seed).integers(first, vocab_size, (num_examples, seq_len), dtype=np.int64)  # (N, S)
-    tgt_out = src[:, ::-1].copy()  # (N, T)
+    src = np.random.default_rng(seed).integers(first, vocab_size, (num_examples, seq_len), dtype=np.int64)  # [N, S]
+    tgt_out = src[:, ::-1].copy()  # [N, T]
     tgt_in = np.concatenate([np.full((num_examples, 1), catalogue.SOS_ID, dtype=np.int64), tgt_out[:, :-1]], axis=1)
     return {"src": src, "tgt_in": tgt_in, "tgt_out": tgt_out}
 
@@ -111,7 +111,7 @@ def reverse_corpus(train_size=10_000, val_size=1_000, test_size=1_000, seq_len=1
     sizes = {split: _check_count(f"{split}_size", size) for split, size in sizes.items()}
     seed = _check_count("seed", seed, 0)
     arrays = reverse_task(sum(sizes.values()), seq_len, vocab_size, seed)
-    tgt = np.concatenate([arrays["tgt_in"][:, :1], arrays["tgt_out"]], axis=1)  # (N, T + 1)
+    tgt = np.concatenate([arrays["tgt_in"][:, :1], arrays["tgt_out"]], axis=1)  # [N, T + 1]
     splits, start = {}, 0
     for split, size in sizes.items():
         splits[split] = (list(arrays["src"][start : start + size]), list(tgt[start : start + size]))
@@ -317,7 +317,7 @@ def _lengths(sequences: Sequence[np.ndarray]) -> np.ndarray:
 
 
 def _pad(sequences: list[np.ndarray], lengths: np.ndarray, pad_id: int) -> np.ndarray:
-    out = np.full((len(sequences), int(lengths.max())), pad_id, dtype=np.int64)  # (B, L), padded at the end
+    out = np.full((len(sequences), int(lengths.max())), pad_id, dtype=np.int64)  # [B, L], padded at the end
     for row, sequence in enumerate(sequences):
         out[row, : len(sequence)] = sequence
     return out
@@ -384,11 +384,11 @@ def batches(
     for chunk in chunks:
         if drop_last and len(chunk) < batch_size:
             continue
-        tgt = _pad([tgt_list[i] for i in chunk], tgt_lengths[chunk], pad_id)  # (B, T + 1)
-        batch = {"src": _pad([src_list[i] for i in chunk], src_lengths[chunk], pad_id)}  # (B, S)
+        tgt = _pad([tgt_list[i] for i in chunk], tgt_lengths[chunk], pad_id)  # [B, T + 1]
+        batch = {"src": _pad([src_list[i] for i in chunk], src_lengths[chunk], pad_id)}  # [B, S]
         if with_src_len:
-            batch["src_len"] = src_lengths[chunk]  # (B,)
-        batch["tgt_in"], batch["tgt_out"] = tgt[:, :-1], tgt[:, 1:]  # (B, T) each
+            batch["src_len"] = src_lengths[chunk]  # [B]
+        batch["tgt_in"], batch["tgt_out"] = tgt[:, :-1], tgt[:, 1:]  # [B, T] each
         out.append(batch)
     return out
 

@@ -1,4 +1,4 @@
-"""The equality policy of DESIGN.md as code: bounds, assertions, and the cross-stack comparison.
+"""The equality policy of docs/DESIGN.md as code: bounds, assertions, and the cross-stack comparison.
 
 Used by the cross tests (which assert) and by `rosetta equality` (which measures and tabulates). The
 stacks are passed in as contract modules, so this module imports no framework.

@@ -7,7 +7,7 @@ training, benchmarks and compiled graphs pay one test of a module global, at tra
 
 A decoder step's tensor is `[B, *]` (rank 2) and a whole target's is `[B, T, *]` (ours runs some
 decoders over every step at once): `collect` joins them along time, so how a stack lays out its loop
-does not change what is compared. A recurrent state (torch `[L, B, H]`, Keras `(B, H)` per layer,
+does not change what is compared. A recurrent state (torch `[L, B, H]`, Keras `[B, H]` per layer,
 LSTM's `(h, c)` pairs) becomes its `[B, H]` parts side by side: `[B, parts * H]`.
 """
 

@@ -21,7 +21,7 @@ def draw(ratio: float, steps: int, rng: np.random.Generator) -> np.ndarray:
 
 
 def check(spec: ModelSpec, schedule, target_length: int, rows: int | None = None) -> np.ndarray | None:
-    """Validate a schedule for a target of `target_length` steps, `(T - 1,)`, or with `rows` one per batch row,
+    """Validate a schedule for a target of `target_length` steps, `[T - 1]`, or with `rows` one per batch row,
     `(rows, T - 1)` (Keras's `fit` slices it with the batch); None means always teacher-force."""
     if schedule is None:
         return None

@@ -104,6 +104,6 @@ def pytest_terminal_summary(terminalreporter):
     from shared.equality import maxima_table
 
     if MAXIMA:
-        terminalreporter.section("measured maxima of |torch - tf| (equality policy of DESIGN.md)")
+        terminalreporter.section("measured maxima of |torch - tf| (equality policy of docs/DESIGN.md)")
         for line in maxima_table(dict(sorted(MAXIMA.items()))):
             terminalreporter.write_line(line)

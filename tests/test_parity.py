@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -73,3 +74,120 @@ def test_parity_check_catches_a_missing_attribute(tmp_path):
     (tmp_path / "reverse_task.py").write_text(source)
     torch_side, tf_side = _surface(ROOT / "torch_impl" / "reverse_task.py"), _surface(tmp_path / "reverse_task.py")
     assert torch_side["ReverseTaskV6"] ^ tf_side["ReverseTaskV6"] == {"self.W_s", "self.W_q"}
+
+
+# ---- docstrings, `fix:` markers and the shape notation (HF's check_copies, for our twins) ----
+
+SHAPE_TOKEN = r"(?:\d*[A-Z][A-Za-z]?\d*|\d+)"  # B, S, 2He, Hd, 1
+SHAPE_EXPRESSION = rf"{SHAPE_TOKEN}(?:\s*[-+*]\s*{SHAPE_TOKEN})*"  # Hd + 2He + Ed, T - 1
+TUPLE_SHAPE = re.compile(rf"\(\s*{SHAPE_EXPRESSION}(?:\s*,\s*{SHAPE_EXPRESSION})*\s*,?\s*\)")  # `(B, S)`, `(B,)`
+LIST_SHAPE = re.compile(
+    rf"\[(?:\.\.\.,\s*)?{SHAPE_EXPRESSION}(?:\s*,\s*(?:{SHAPE_EXPRESSION}|\*|\.\.\.))*\]"
+)  # [B, S, 2He], [..., V]
+
+
+def _scopes(tree: ast.Module) -> list[tuple[int, int, str]]:
+    """(first line, last line, name) of the module, each class, function and method; `forward` named `call`."""
+    scopes = [(1, len(tree.body) and tree.body[-1].end_lineno or 1, "<module>")]
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            scopes.append((node.lineno, node.end_lineno, node.name))
+        if isinstance(node, ast.ClassDef):
+            methods = [f for f in node.body if isinstance(f, ast.FunctionDef)]
+            scopes += [(f.lineno, f.end_lineno, f"{node.name}.{FRAMEWORK_METHODS.get(f.name, f.name)}") for f in methods]
+    return scopes
+
+
+def _documented(path: Path) -> dict[str, dict]:
+    """Per scope: its docstring (None: none), the shapes its docstring quotes, and its `fix:` markers' texts."""
+    source = path.read_text()
+    tree = ast.parse(source)
+    nodes = {"<module>": tree}
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            nodes[node.name] = node
+        if isinstance(node, ast.ClassDef):
+            nodes |= {
+                f"{node.name}.{FRAMEWORK_METHODS.get(f.name, f.name)}": f for f in node.body if isinstance(f, ast.FunctionDef)
+            }
+    found = {}
+    for name, node in nodes.items():
+        doc = ast.get_docstring(node)
+        found[name] = {
+            "doc": doc,
+            "shapes": sorted(s for s in LIST_SHAPE.findall(doc or "") if re.search("[A-Z]", s)),
+            "fixes": [],
+        }
+    scopes = _scopes(tree)
+    for line_number, line in enumerate(source.splitlines(), start=1):
+        marker = re.search(r"#.*\bfix:\s*(.*)", line)
+        if marker:
+            inner = min((s for s in scopes if s[0] <= line_number <= s[1]), key=lambda s: s[1] - s[0])
+            found[inner[2]]["fixes"].append(marker.group(1).strip())
+    return found
+
+
+# shapes one twin's docstring quotes and the other's has no reason to: Keras's `fit` feeds a schedule per row
+ONE_STACK_SHAPES = {("seq2seq.py", "Seq2SeqBase.decode"): {"[B, T - 1]"}}
+
+
+def _twin_differences(torch_path: Path, tf_path: Path) -> list[str]:
+    """What the twins document differently; module docstrings are compared for presence only (each names its
+    framework's own layouts: a Keras state `[B, H]` where torch's is `[1, B, H]`)."""
+    torch_side, tf_side = _documented(torch_path), _documented(tf_path)
+    problems = []
+    for name in sorted(torch_side.keys() & tf_side.keys()):
+        ours, theirs = torch_side[name], tf_side[name]
+        allowed = ONE_STACK_SHAPES.get((tf_path.name, name), set())
+        if (ours["doc"] is None) != (theirs["doc"] is None):
+            problems.append(f"{name}: a docstring in {'tf_impl' if ours['doc'] is None else 'torch_impl'} only")
+        elif name != "<module>" and [s for s in ours["shapes"] if s not in allowed] != [
+            s for s in theirs["shapes"] if s not in allowed
+        ]:
+            problems.append(f"{name}: docstring shapes differ: torch {ours['shapes']}, tf {theirs['shapes']}")
+        if ours["fixes"] != theirs["fixes"]:
+            problems.append(f"{name}: fix: markers differ: torch {ours['fixes']}, tf {theirs['fixes']}")
+    return problems
+
+
+@pytest.mark.parametrize("filename", sorted(_files("torch_impl")))
+def test_docstrings_and_fix_markers_mirror(filename):
+    """Each twin documents what the other does: a docstring on both sides or neither, the same shapes quoted, the same
+    `fix:` markers (a listing's defect fixed in one stack is fixed and marked in the other)."""
+    assert _twin_differences(ROOT / "torch_impl" / filename, ROOT / "tf_impl" / filename) == []
+
+
+def test_negative_control_a_missing_docstring_or_fix_marker_is_found(tmp_path):
+    source = (ROOT / "tf_impl" / "bahdanau_bigru.py").read_text()
+    dropped = source.replace("  # fix: the listing's `droppout`", "", 1)
+    undocumented = source.replace('"""`x [B, S]` -> outputs `[B, S, 2He]` (zero at pads), hidden `[B, Hd]`."""', "pass", 1)
+    reshaped = source.replace("weighted `[B, 2He]`", "weighted `[B, He]`", 1)
+    for text, expected in ((dropped, "Decoder.__init__: fix: markers differ"), (undocumented, "Encoder.call: a docstring"),
+                           (reshaped, "Attention.call: docstring shapes differ")):  # fmt: skip
+        (tmp_path / "bahdanau_bigru.py").write_text(text)
+        problems = _twin_differences(ROOT / "torch_impl" / "bahdanau_bigru.py", tmp_path / "bahdanau_bigru.py")
+        assert any(problem.startswith(expected) for problem in problems), (expected, problems)
+
+
+def _tuple_shapes(path: Path) -> list[str]:
+    """`(B, S)`-style shapes in the comments and docstrings of `path` (one notation everywhere: `[B, S]`)."""
+    found, strings = [], set()
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef)) and ast.get_docstring(node):
+            strings.add(ast.get_docstring(node))
+    comments = [line.partition("#")[2] for line in path.read_text().splitlines() if "#" in line]
+    for text in [*strings, *comments]:
+        found += [match.group(0) for match in TUPLE_SHAPE.finditer(text) if re.search(r"[A-Z]", match.group(0))]
+    return found
+
+
+def test_one_shape_notation_everywhere():
+    paths = [p for package in ("torch_impl", "tf_impl", "shared") for p in sorted((ROOT / package).rglob("*.py"))]
+    found = {str(p.relative_to(ROOT)): shapes for p in paths if (shapes := _tuple_shapes(p))}
+    assert found == {}
+
+
+def test_negative_control_a_tuple_shape_is_found(tmp_path):
+    (tmp_path / "m.py").write_text('def f(x):\n    """`x (B, S)`."""\n    return x  # (B,)\n')
+    assert sorted(_tuple_shapes(tmp_path / "m.py")) == ["(B, S)", "(B,)"]

@@ -70,6 +70,31 @@ def test_document_time_major_signature(stack, name):
     assert_close(outputs[1:].transpose(1, 0, 2), expected, 1e-12, what="time-major forward")
 
 
+DROPOUT_MODELS = [name for name in catalogue.built() if catalogue.get(name).fixture_config.get("dropout")]
+
+
+@pytest.mark.parametrize("name", DROPOUT_MODELS)
+def test_dropout_follows_training_in_the_documents_signature_and_in_loss_and_grads(stack, name):
+    """torch's `model.train()` and Keras's `training=True` turn dropout on through the document's own call and
+    `loss_and_grads(training=True)`; off (the default), both are deterministic: the control."""
+    golden, model = fixtures.load_golden(name), fixture_model(stack, name)
+    src, tgt = golden.batch["src"], np.concatenate([golden.batch["tgt_in"], golden.batch["tgt_out"][:, -1:]], 1)
+    args = (_ids(stack, src), _ids(stack, tgt)) if name == "tf_tutorial" else (_ids(stack, src.T), _ids(stack, tgt.T))
+    ratio = {} if name == "tf_tutorial" else {"teacher_force_ratio": 1.0}
+
+    def document_call(training: bool) -> np.ndarray:
+        if stack.__name__ == "torch_impl":
+            model.train(training)
+            return _numpy(model(*args, **ratio))
+        return _numpy(model(*args, **ratio, training=training))
+
+    assert_close(document_call(False), document_call(False), 0.0, what="dropout off")
+    assert np.max(np.abs(document_call(True) - document_call(False))) > 1e-6, "training did not reach dropout"
+    off = [stack.loss_and_grads(model, name, golden.batch, golden.schedule)[0] for _ in range(2)]
+    on = stack.loss_and_grads(model, name, golden.batch, golden.schedule, training=True)[0]
+    assert off[0] == off[1] and abs(on - off[0]) > 1e-9
+
+
 def _numpy(tensor) -> np.ndarray:
     return tensor.detach().numpy() if hasattr(tensor, "detach") else np.asarray(tensor)
 

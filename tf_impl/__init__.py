@@ -1,5 +1,5 @@
 """Keras 3 implementations of the catalogue's models (TensorFlow by default; JAX and torch too), and the contract
-of DESIGN.md."""
+of docs/DESIGN.md."""
 
 import os
 

@@ -16,8 +16,8 @@ class AdditiveAttention(CatalogueModel, keras.layers.Layer):
     """Document 000, `AdditiveAttention(encoder_dim=100, decoder_dim=50)`: score = v . tanh(W_1 q + W_2 h).
 
     The text calls `v` a scaling factor: it is the learned vector of the score, drawn from U[0, 1) as the
-    listing's `torch.rand` does. Unbatched as the document (`query (Dd,)`, `values (S, De)`) and batched
-    (`query (B, Dd)`, `values (B, S, De)`).
+    listing's `torch.rand` does. Unbatched as the document (`query [Dd]`, `values [S, De]`) and batched
+    (`query [B, Dd]`, `values [B, S, De]`).
     """
 
     as_written = False
@@ -31,23 +31,23 @@ class AdditiveAttention(CatalogueModel, keras.layers.Layer):
         self.W_2 = keras.layers.Dense(decoder_dim, name="W_2", dtype=self.dtype_policy)
 
     def call(self, query, values):
-        """Context vector: `(De,)` for one query, `(B, De)` for a batch."""
-        weights = ops.softmax(self._get_weights(query, values), axis=-1)  # [(B,) S]
-        return ops.squeeze(ops.matmul(ops.expand_dims(weights, -2), values), -2)  # [(B,) De]
+        """Context vector: `[De]` for one query, `[B, De]` for a batch."""
+        weights = ops.softmax(self._get_weights(query, values), axis=-1)  # [..., S]
+        return ops.squeeze(ops.matmul(ops.expand_dims(weights, -2), values), -2)  # [..., De]
 
     def _get_weights(self, query, values):
-        """Unnormalised scores `(B, S)`, as the document's `_get_weights` (it plots these)."""
-        query = ops.expand_dims(query, -2)  # [(B,) 1, Dd]
-        weights = self.W_1(query) + self.W_2(values)  # [(B,) S, Dd]
-        return ops.matmul(ops.tanh(weights), self.v)  # [(B,) S]
+        """Unnormalised scores `[..., S]`, as the document's `_get_weights` (it plots these)."""
+        query = ops.expand_dims(query, -2)  # [..., 1, Dd]
+        weights = self.W_1(query) + self.W_2(values)  # [..., S, Dd]
+        return ops.matmul(ops.tanh(weights), self.v)  # [..., S]
 
     def attend(self, queries, values):
         """Ours: every query at once, `W_2(values)` once (the document's heatmap loop: `attend_as_written`).
 
         Args:
-            queries: `(B, T, Dd)`; values: `(B, S, De)`.
+            queries: `[B, T, Dd]`; values: `[B, S, De]`.
         Returns:
-            context `(B, T, De)` and attention weights `(B, T, S)`.
+            context `[B, T, De]` and attention weights `[B, T, S]`.
         """
         if self.as_written:
             return self.attend_as_written(queries, values)

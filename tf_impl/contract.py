@@ -1,4 +1,4 @@
-"""The contract of DESIGN.md for Keras: build, get_weights, set_weights, run, loss_and_grads (on any Keras 3
+"""The contract of docs/DESIGN.md for Keras: build, get_weights, set_weights, run, loss_and_grads (on any Keras 3
 backend: tf_impl/backends.py holds what differs)."""
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ def _dummy_batch(spec: catalogue.ModelSpec, config: dict) -> dict[str, np.ndarra
 
 
 def as_tensors(model, arrays: Mapping[str, np.ndarray]) -> dict:
+    """Arrays as tensors of the backend: floats in the model's compute dtype, ids as int64."""
     return {
         key: keras.ops.convert_to_tensor(a, model.compute_dtype if a.dtype.kind == "f" else "int64") for key, a in arrays.items()
     }
@@ -65,10 +66,10 @@ def as_tensors(model, arrays: Mapping[str, np.ndarray]) -> dict:
 def model_outputs(model, spec: catalogue.ModelSpec, tensors: dict, schedule=None, training=False) -> dict:
     """The model's outputs on `tensors`; `training` turns dropout on (torch's train mode)."""
     if spec.interface == "attention":
-        context, attention = model.attend(tensors["query"], tensors["values"])  # (B, T, De), (B, T, S)
+        context, attention = model.attend(tensors["query"], tensors["values"])  # [B, T, De], [B, T, S]
         return {"context": context, "attention": attention}
     extras = {"src_len": tensors.get("src_len"), "teacher_forcing": schedule} if spec.variable_length else {}
-    logits, attention = model.decode(tensors["src"], tensors["tgt_in"], **extras, training=training)  # (B, T, V), (B, T, S)
+    logits, attention = model.decode(tensors["src"], tensors["tgt_in"], **extras, training=training)  # [B, T, V], [B, T, S]
     return {"logits": logits} if attention is None else {"logits": logits, "attention": attention}
 
 
@@ -100,7 +101,7 @@ def trace(model, name: str, batch: Mapping) -> dict[str, np.ndarray]:
 
 
 def greedy(model, name: str, batch: Mapping, max_len: int = 50) -> dict[str, np.ndarray]:
-    """Greedy decoding from `batch["src"]` (and `src_len`): token ids `(B, L)`, attention `(B, L, S)`."""
+    """Greedy decoding from `batch["src"]` (and `src_len`): token ids `[B, L]`, attention `[B, L, S]`."""
     spec, arrays, _ = prepare(name, model.rosetta_config, batch, with_tgt_in=False)
     max_len = check_max_len(max_len)
     if not spec.variable_length:
@@ -112,20 +113,22 @@ def greedy(model, name: str, batch: Mapping, max_len: int = 50) -> dict[str, np.
     return {"tokens": keras.ops.convert_to_numpy(tokens), "attention": keras.ops.convert_to_numpy(attention)}
 
 
-def loss_and_grads(model, name: str, batch: Mapping, teacher_forcing=None) -> tuple[float, dict]:
-    """The loss of `batch` and its gradient w.r.t. every canonical weight, dense (an Embedding's repeated rows
-    summed, as torch reports them; backends.value_and_gradients on the backend Keras runs on)."""
+def loss_and_grads(model, name: str, batch: Mapping, teacher_forcing=None, training: bool = False):
+    """The loss of `batch` and its gradient w.r.t. every canonical weight; `training`: dropout on. Dense (an
+    Embedding's repeated rows summed, as torch reports them; backends.value_and_gradients on Keras's backend)."""
     spec, arrays, schedule = prepare(name, model.rosetta_config, batch, teacher_forcing, with_targets=True)
     tensors = as_tensors(model, arrays)
     variables = [var for _, _, found in leaves(model) for var in found.values()]
     loss, gradients = backends.value_and_gradients(
-        lambda: training_loss(spec, model_outputs(model, spec, tensors, schedule), tensors), variables
+        lambda: training_loss(spec, model_outputs(model, spec, tensors, schedule, training), tensors), variables
     )
     by_variable = dict(zip(map(id, variables), gradients, strict=True))
-    return float(keras.ops.convert_to_numpy(loss)), get_grads(model, lambda variable: _dense(by_variable[id(variable)], variable))
+    return float(keras.ops.convert_to_numpy(loss)), get_grads(
+        model, lambda variable: _dense_gradient(by_variable[id(variable)], variable)
+    )
 
 
-def _dense(gradient, variable) -> np.ndarray:
+def _dense_gradient(gradient, variable) -> np.ndarray:
     """A gradient as a numpy array (None, for an unused weight, as 0)."""
     if gradient is None:
         return np.zeros(variable.shape, variable.dtype)

@@ -77,7 +77,7 @@ class ModelDtypeMetrics:
 
 class AttentionTrainer(ModelDtypeMetrics, keras.Model):
     """Document 000's bare attention layer as a Keras Model, for `fit`: input `{"query", "values"}`, output the
-    context vectors `(B, T, De)`; its spec's loss, `mean(context^2)`, is the mean squared error to zeros."""
+    context vectors `[B, T, De]`; its spec's loss, `mean(context^2)`, is the mean squared error to zeros."""
 
     def __init__(self, layer, **kwargs):
         super().__init__(dtype=layer.dtype_policy, **kwargs)
@@ -96,13 +96,13 @@ class KerasInputs(ModelDtypeMetrics):
     the document's signature, and `fit` / `evaluate` / `predict` check numpy inputs as `run` does.
 
     The one input: a dict `{"src", "tgt_in"}` (`"src_len"` and `"teacher_forcing"` for models with padded
-    sources), or a tuple in INPUT_KEYS' order; `teacher_forcing` is `(B, T - 1)` booleans, each row the
+    sources), or a tuple in INPUT_KEYS' order; `teacher_forcing` is `[B, T - 1]` booleans, each row the
     step's schedule (shared.teacher_forcing), so Keras can slice it by batch as the other inputs.
-    The output: logits `(B, T, V)`, batch-first; the target `y` is `tgt_out (B, T)`.
+    The output: logits `[B, T, V]`, batch-first; the target `y` is `tgt_out [B, T]`.
     """
 
     def keras_call(self, inputs, training=None):
-        """Logits `(B, T, V)` of Keras's one input (see the class); `training` turns dropout on."""
+        """Logits `[B, T, V]` of Keras's one input (see the class); `training` turns dropout on."""
         named = self.named_inputs(inputs)
         extras = {key: named[key] for key in INPUT_KEYS[2:] if key in named}  # src_len [B], teacher_forcing [B, T - 1]
         return self.decode(named["src"], named["tgt_in"], **extras, training=bool(training))[0]

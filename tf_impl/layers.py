@@ -4,7 +4,7 @@ torch's nn.RNN and nn.LSTM add two biases per cell, `b_ih` and `b_hh`; Keras's S
 one. A single summed bias gives the same forward pass but trains differently (see shared/canonical.py),
 so these cells hold both, stacked as one `(2, G*units)` variable like Keras's own GRU with
 `reset_after=True`. Keras's GRU already matches torch and is used as it is. `TorchLSTM` stacks layers
-with torch's state layout `(L, B, H)` and between-layer dropout.
+with torch's state layout `[L, B, H]` and between-layer dropout.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ class TorchRNNCell(keras.layers.Layer):
 
     Args:
         units: hidden size H.
-    Variables: `kernel` `(input_dim, H)`, `recurrent_kernel` `(H, H)`, `bias` `(2, H)` = [b_ih; b_hh].
+    Variables: `kernel` `[I, H]`, `recurrent_kernel` `[H, H]`, `bias` `[2, H]` = [b_ih; b_hh].
     """
 
     def __init__(self, units: int, **kwargs):
@@ -51,7 +51,7 @@ class TorchLSTMCell(keras.layers.Layer):
 
     Args:
         units: hidden size H.
-    Variables: `kernel` `(input_dim, 4H)`, `recurrent_kernel` `(H, 4H)`, `bias` `(2, 4H)` = [b_ih; b_hh].
+    Variables: `kernel` `[I, 4H]`, `recurrent_kernel` `[H, 4H]`, `bias` `[2, 4H]` = [b_ih; b_hh].
     """
 
     def __init__(self, units: int, **kwargs):
@@ -81,7 +81,7 @@ class TorchLSTMCell(keras.layers.Layer):
 
 @keras.saving.register_keras_serializable(package="rosetta")
 class TorchLSTM(keras.layers.Layer):
-    """A stacked, batch-first LSTM with torch's interface: `(outputs, (h_n, c_n))`, states `(L, B, H)`.
+    """A stacked, batch-first LSTM with torch's interface: `(outputs, (h_n, c_n))`, states `[L, B, H]`.
 
     Like nn.LSTM(dropout=p), dropout applies to every layer's outputs but the last, in training only.
     Args:
@@ -108,7 +108,7 @@ class TorchLSTM(keras.layers.Layer):
         self.inter_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
 
     def call(self, inputs, initial_state=None, mask=None, training=False):
-        """`inputs (B, S, E)`, `initial_state` (h, c) each `(L, B, H)` or None -> outputs `(B, S, H)`, (h_n, c_n)."""
+        """`inputs [B, S, E]`, `initial_state` (h, c) each `[L, B, H]` or None -> outputs `[B, S, H]`, (h_n, c_n)."""
         x, hs, cs = inputs, [], []
         for i, layer in enumerate(self.stack):
             state = None if initial_state is None else [initial_state[0][i], initial_state[1][i]]

@@ -227,7 +227,7 @@ def _nmt(path: str, w1_on_query: bool) -> NmtParts:
 
 def _h5_part_sizes(source) -> dict:
     """The tutorial's sizes from its Keras 3 part files (`encoder.weights.h5`, `decoder.weights.h5`), whose
-    datasets are named by position: each Embedding's `vars/0` `(V, E)`, the encoder GRU's `vars/1` `(H, 3H)`."""
+    datasets are named by position: each Embedding's `vars/0` `[V, E]`, the encoder GRU's `vars/1` `[H, 3H]`."""
     import h5py
 
     if not isinstance(source, dict):

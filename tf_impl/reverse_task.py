@@ -3,7 +3,7 @@
 concat variant, mirroring torch_impl/reverse_task.py class for class and attribute for attribute.
 
 Legend: B batch, S source length, T target length, E embedding_dim, H hidden_size, A attention_size,
-V vocab_size. Batch-first; a Keras recurrent state is `(B, H)` where torch's is `(1, B, H)`.
+V vocab_size. Batch-first; a Keras recurrent state is `[B, H]` where torch's is `[1, B, H]`.
 """
 
 from __future__ import annotations
@@ -46,13 +46,13 @@ class ReverseTaskBase(KerasInputs, CatalogueModel, keras.Model):
         self.decoder = self.rnn_factory(hidden_size, name="decoder", dtype=dtype)
 
     def call(self, enc_inputs, dec_inputs=None, training=None):
-        """The document's signature: `(B, S)`, `(B, T)` token ids -> logits `(B, T, V)`."""
+        """The document's signature: `[B, S]`, `[B, T]` token ids -> logits `[B, T, V]`."""
         if dec_inputs is None:  # Keras's one input (tf_impl.fitting): fit, evaluate, predict
             return self.keras_call(enc_inputs, training)
         return self.decode(enc_inputs, dec_inputs)[0]
 
     def decode(self, enc_inputs, dec_inputs, training=False):
-        """Logits `(B, T, V)` and the attention weights of every decoder step `(B, T, S)` (None: no attention)."""
+        """Logits `[B, T, V]` and the attention weights of every decoder step `[B, T, S]` (None: no attention)."""
         enc_emb = tap(SOURCE_EMBEDDINGS, self.enc_embeddings(enc_inputs))  # [B, S, E]
         enc_out, enc_hidden = self.encoder(enc_emb)  # [B, S, H], [B, H]
         tap(ENCODER_OUTPUTS, enc_out)
@@ -157,12 +157,12 @@ class LuongReverseTask(ReverseTaskBase):
 
 
 def dot_scores(keys, states):
-    """`s_t . k_i` for every decoder and source step: `(B, S, K)`, `(B, T, K)` -> `(B, T, S)`."""
+    """`s_t . k_i` for every decoder and source step: `[B, S, K]`, `[B, T, K]` -> `[B, T, S]`."""
     return ops.matmul(states, ops.transpose(keys, (0, 2, 1)))  # [B, T, K] @ [B, K, S]
 
 
 def gru_cell(input_share, hidden_share, state):
-    """One GRU step from its gates' two shares `x kernel + b_ih`, `h recurrent_kernel + b_hh` `(B, 3H)`
+    """One GRU step from its gates' two shares `x kernel + b_ih`, `h recurrent_kernel + b_hh` `[B, 3H]`
     (Keras's gate order z, r, h; `reset_after=True`, torch's rule)."""
     input_z, input_r, input_h = ops.split(input_share, 3, axis=1)  # [B, H] each
     hidden_z, hidden_r, hidden_h = ops.split(hidden_share, 3, axis=1)
@@ -172,12 +172,12 @@ def gru_cell(input_share, hidden_share, state):
 
 
 def additive_scores(v, keys, queries):
-    """`v . tanh(k_i + q_t)`: `(B, S, A)`, `(B, T, A)` -> `(B, T, S)`."""
+    """`v . tanh(k_i + q_t)`: `[B, S, A]`, `[B, T, A]` -> `[B, T, S]`."""
     return ops.squeeze(v(ops.tanh(ops.expand_dims(keys, 1) + ops.expand_dims(queries, 2))), -1)  # [B, T, S, A] -> [B, T, S]
 
 
 def concat_scores(W_a, v, enc_out, state):
-    """As written: `v . tanh(W_a [s; h_i])` for every source step: `(B, H)`, `(B, S, H)` -> `(B, S)`."""
+    """As written: `v . tanh(W_a [s; h_i])` for every source step: `[B, H]`, `[B, S, H]` -> `[B, S]`."""
     states = ops.broadcast_to(ops.expand_dims(state, 1), ops.shape(enc_out))  # [B, S, H]
     return ops.squeeze(v(ops.tanh(W_a(ops.concatenate([states, enc_out], axis=2)))), -1)  # [B, S, 2H] -> [B, S]
 

@@ -17,7 +17,7 @@ from tf_impl.serializable import CatalogueModel
 
 
 def source_mask(src_len, max_len):
-    """`(B, S)` True on real tokens, False on padding; None when the batch has no lengths. `max_len`: S, an int
+    """`[B, S]` True on real tokens, False on padding; None when the batch has no lengths. `max_len`: S, an int
     or (in a graph whose lengths vary) a scalar tensor."""
     if src_len is None:
         return None
@@ -25,7 +25,7 @@ def source_mask(src_len, max_len):
 
 
 def over_time(step, carry, inputs):
-    """`step(carry, inputs_t) -> (carry, outputs_t)` over axis 1 of `inputs` (a structure of `(B, T, ...)`
+    """`step(carry, inputs_t) -> (carry, outputs_t)` over axis 1 of `inputs` (a structure of `[B, T, ...]`
     tensors); returns the last carry and the outputs stacked on axis 1.
 
     A Python loop where T is known: eagerly, in a graph traced per shape, and always on JAX (shared.taps sees
@@ -80,7 +80,7 @@ def _scan_over_time(step, carry, inputs):
 
 
 def _forced_steps(teacher_forcing, tgt_in):
-    """A schedule `(T - 1,)`, or one per row `(B, T - 1)`, as `(B, T)` booleans: entry t says whether step t + 1
+    """A schedule `[T - 1]`, or one per row `[B, T - 1]`, as `[B, T]` booleans: entry t says whether step t + 1
     reads the true token; the last column, whose next input nothing reads, True. None stays None.
 
     A tensor schedule keeps the loop traceable once by tf.function for every schedule.
@@ -94,7 +94,7 @@ def _forced_steps(teacher_forcing, tgt_in):
 
 
 def _next_input(true_token, output, forced):
-    """The true token where teacher-forced (`forced` True, or None), else the argmax of `output (B, V)`."""
+    """The true token where teacher-forced (`forced` True, or None), else the argmax of `output [B, V]`."""
     if forced is None:
         return true_token
     return ops.where(forced, true_token, ops.cast(ops.argmax(output, axis=-1), true_token.dtype))  # [B]
@@ -102,7 +102,7 @@ def _next_input(true_token, output, forced):
 
 class Seq2SeqBase(KerasInputs, CatalogueModel, keras.Model):
     """An encoder and a decoder, and the decoding loops over `encode(src, src_len) -> (memory, hidden)`
-    and a subclass's `features(x, hidden, memory) -> (features (B, *), hidden, attention (B, S))` and
+    and a subclass's `features(x, hidden, memory) -> (features [B, *], hidden, attention [B, S])` and
     `project(features) -> logits` (the output layer).
 
     Args:
@@ -127,21 +127,21 @@ class Seq2SeqBase(KerasInputs, CatalogueModel, keras.Model):
         return self.memory(encoder_outputs, src_len), tap(ENCODER_STATE, hidden)
 
     def memory(self, encoder_outputs, src_len):
-        """Encoder outputs `(B, S, *)`, their padding mask `(B, S)` and the attention keys (None as written)."""
+        """Encoder outputs `[B, S, *]`, their padding mask `[B, S]` and the attention keys (None as written)."""
         tap(ENCODER_OUTPUTS, encoder_outputs)
         keys = None if self.as_written else self.decoder.attention.keys(encoder_outputs)
         return encoder_outputs, source_mask(src_len, ops.shape(encoder_outputs)[1]), keys
 
     def step(self, x, hidden, memory, training=False):
-        """One decoder step: logits `(B, V)`, the next state, attention `(B, S)`."""
+        """One decoder step: logits `[B, V]`, the next state, attention `[B, S]`."""
         features, hidden, weights = self.features(x, hidden, memory, training=training)
         return self.project(features), hidden, weights
 
     def decode(self, src, tgt_in, src_len=None, teacher_forcing=None, training=False):
-        """Logits `(B, T, V)` (step t predicts the token after `tgt_in[:, t]`) and attention `(B, T, S)`.
+        """Logits `[B, T, V]` (step t predicts the token after `tgt_in[:, t]`) and attention `[B, T, S]`.
 
         Args:
-            teacher_forcing: `(T - 1,)` booleans from shared.teacher_forcing (or `(B, T - 1)`, one schedule
+            teacher_forcing: `[T - 1]` booleans from shared.teacher_forcing (or `[B, T - 1]`, one schedule
                 per row); entry t False feeds step t + 1 the argmax of step t instead of `tgt_in[:, t + 1]`.
                 None: always the true token.
             training: dropout on (torch's train mode).
@@ -172,7 +172,7 @@ class Seq2SeqBase(KerasInputs, CatalogueModel, keras.Model):
         return self.project(features), attention  # [B, T, V], [B, T, S]
 
     def translate(self, src, src_len=None, *, max_len: int, sos_id: int, eos_id: int, pad_id: int):
-        """Greedy decoding (document 003's `translate`, batched): token ids `(B, L)` and attention `(B, L, S)`.
+        """Greedy decoding (document 003's `translate`, batched): token ids `[B, L]` and attention `[B, L, S]`.
 
         Each row stops at its `<eos>` (kept in the output); later positions hold `<pad>` and zero
         attention. L is the longest row, at most `max_len`.
@@ -197,12 +197,14 @@ class Seq2SeqBase(KerasInputs, CatalogueModel, keras.Model):
 
         return draw(teacher_force_ratio, steps, self.schedule_rng)
 
-    def time_major_forward(self, source, target, teacher_force_ratio):
-        """The documents' `forward(source (S, B), target (T, B), ratio)` -> outputs `(T, B, V)`.
+    def time_major_forward(self, source, target, teacher_force_ratio, training=False):
+        """The documents' `forward(source [S, B], target [T, B], ratio)` -> outputs `[T, B, V]`.
 
         Row 0 stays zero as in Ben Trevett's tutorial and document 003 (nothing predicts `<sos>`; the
-        loss skips it); row t predicts `target[t]` from `target[t - 1]`.
+        loss skips it); row t predicts `target[t]` from `target[t - 1]`. `training`: dropout on (torch: the
+        module's train mode).
         """
         schedule = self.draw_schedule(teacher_force_ratio, target.shape[0] - 2)
-        logits, _ = self.decode(ops.transpose(source), ops.transpose(target[:-1]), teacher_forcing=schedule)
+        src, tgt_in = ops.transpose(source), ops.transpose(target[:-1])
+        logits, _ = self.decode(src, tgt_in, teacher_forcing=schedule, training=training)
         return ops.transpose(ops.concatenate([ops.zeros_like(logits[:, :1]), logits], 1), (1, 0, 2))  # [T, B, V]

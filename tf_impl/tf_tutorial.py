@@ -46,11 +46,11 @@ class BahdanauAttention(keras.layers.Layer):
 
     def keys(self, values):
         """Ours: the values' share (`W1(values)`, `W2(values)` with w1_on_query) once per sequence instead of
-        once per step: `(B, S, H)`."""
+        once per step: `[B, S, H]`."""
         return self.values_layer(values)
 
     def call(self, query, values, mask=None, keys=None):
-        """`query (B, H)`, `values (B, S, H)` -> context `(B, H)`, attention_weights `(B, S, 1)`."""
+        """`query [B, H]`, `values [B, S, H]` -> context `[B, H]`, attention_weights `[B, S, 1]`."""
         hidden_with_time_axis = ops.expand_dims(query, 1)  # [B, 1, H]
         values_share = self.values_layer(values) if keys is None else keys  # [B, S, H]; the listing: at every step
         score = self.V(ops.tanh(values_share + self.query_layer(hidden_with_time_axis)))  # [B, S, 1]
@@ -84,13 +84,13 @@ class Encoder(keras.layers.Layer):
         self.gru = _gru(enc_units, self.dtype_policy)
 
     def call(self, x, hidden, lengths=None, training=False):
-        """`x (B, S)`, `hidden (B, H)` -> output `(B, S, H)`, state `(B, H)`."""
+        """`x [B, S]`, `hidden [B, H]` -> output `[B, S, H]`, state `[B, H]`."""
         x = tap(SOURCE_EMBEDDINGS, self.embedding(x))  # [B, S, E]
         output, state = run_rnn(self.gru, x, lengths, hidden, training)  # [B, S, H], [B, H]
         return output, state
 
     def initialize_hidden_state(self, batch_size: int | None = None):
-        """Zeros `(batch_sz, enc_units)` (or `(batch_size, ...)` for a batch of another size)."""
+        """Zeros `[batch_sz, enc_units]` (or `[batch_size, ...]` for a batch of another size)."""
         return ops.zeros((self.batch_sz if batch_size is None else batch_size, self.enc_units), dtype=self.compute_dtype)
 
 
@@ -115,12 +115,12 @@ class Decoder(keras.layers.Layer):
         self.attention = BahdanauAttention(self.dec_units, w1_on_query=w1_on_query, name="attention", dtype=self.dtype_policy)
 
     def call(self, x, hidden, enc_output, mask=None):
-        """`x (B, 1)`, `hidden (B, H)`, `enc_output (B, S, H)` -> logits `(B, V)`, state `(B, H)`, weights `(B, S, 1)`."""
+        """`x [B, 1]`, `hidden [B, H]`, `enc_output [B, S, H]` -> logits `[B, V]`, state `[B, H]`, weights `[B, S, 1]`."""
         output, state, attention_weights = self.features(x, hidden, enc_output, mask)
         return self.fc(output), state, attention_weights
 
     def features(self, x, hidden, enc_output, mask=None, keys=None):
-        """One step up to `fc`: the GRU output `(B, H)`, state `(B, H)`, attention_weights `(B, S, 1)`."""
+        """One step up to `fc`: the GRU output `[B, H]`, state `[B, H]`, attention_weights `[B, S, 1]`."""
         context_vector, attention_weights = self.attention(hidden, enc_output, mask, keys)  # [B, H], [B, S, 1]
         x = tap(TARGET_EMBEDDINGS, self.embedding(x))  # [B, 1, E]
         x = ops.concatenate([ops.expand_dims(context_vector, 1), x], axis=-1)  # [B, 1, H + E]
@@ -132,10 +132,10 @@ class Seq2Seq(Seq2SeqBase):
     """The tutorial's loop around `Encoder` and `Decoder` (its `train_step` and `evaluate`), as a model."""
 
     def call(self, inp, targ=None, training=None):
-        """The tutorial's `train_step` forward: `inp (B, S)`, `targ (B, T)` -> logits `(B, T - 1, V)`."""
+        """The tutorial's `train_step` forward: `inp [B, S]`, `targ [B, T]` -> logits `[B, T - 1, V]`."""
         if targ is None:  # Keras's one input (tf_impl.fitting): fit, evaluate, predict
             return self.keras_call(inp, training)
-        return self.decode(inp, targ[:, :-1])[0]
+        return self.decode(inp, targ[:, :-1], training=bool(training))[0]
 
     def encode(self, src, src_len=None, training=False):
         enc_hidden = self.encoder.initialize_hidden_state(ops.shape(src)[0])  # [B, H]

@@ -1,4 +1,4 @@
-"""PyTorch implementations of the catalogue's models, and the contract of DESIGN.md."""
+"""PyTorch implementations of the catalogue's models, and the contract of docs/DESIGN.md."""
 
 from torch_impl.contract import build, get_weights, greedy, loss_and_grads, run, set_weights, trace
 

@@ -31,14 +31,14 @@ class AdditiveAttention(nn.Module):
 
     def forward(self, query: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
         """Context vector: `[De]` for one query, `[B, De]` for a batch."""
-        weights = torch.softmax(self._get_weights(query, values), dim=-1)  # [(B,) S]
-        return (weights.unsqueeze(-2) @ values).squeeze(-2)  # [(B,) 1, S] @ [(B,) S, De] -> [(B,) De]
+        weights = torch.softmax(self._get_weights(query, values), dim=-1)  # [..., S]
+        return (weights.unsqueeze(-2) @ values).squeeze(-2)  # [..., 1, S] @ [..., S, De] -> [..., De]
 
     def _get_weights(self, query: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-        """Unnormalised scores `[(B,) S]`, as the document's `_get_weights` (it plots these)."""
-        query = query.unsqueeze(-2)  # [(B,) 1, Dd]; broadcasting replaces the listing's repeat
-        weights = self.W_1(query) + self.W_2(values)  # [(B,) S, Dd]
-        return torch.tanh(weights) @ self.v  # [(B,) S]
+        """Unnormalised scores `[..., S]`, as the document's `_get_weights` (it plots these)."""
+        query = query.unsqueeze(-2)  # [..., 1, Dd]; broadcasting replaces the listing's repeat
+        weights = self.W_1(query) + self.W_2(values)  # [..., S, Dd]
+        return torch.tanh(weights) @ self.v  # [..., S]
 
     def attend(self, queries: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Ours: every query at once, `W_2(values)` once (the document's heatmap loop: `attend_as_written`).

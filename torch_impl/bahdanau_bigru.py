@@ -35,8 +35,10 @@ class Encoder(nn.Module):
         embedding = tap(SOURCE_EMBEDDINGS, self.dropout(self.embed(x)))  # [B, S, Ee]
         outputs, hidden = run_rnn(self.gru, embedding, lengths)  # [B, S, 2He], [2, B, He]
         # hidden[-1] is the backward pass's final state, i.e. at time 0, not at the end (outputs[:, -1])
-        concat_hidden = torch.cat((hidden[-1], hidden[-2]), dim=1)  # fix: torch.cat lost its first argument
-        return outputs, torch.tanh(self.fc(concat_hidden))  # [B, 2He], -> [B, Hd]
+        concat_hidden = torch.cat(
+            (hidden[-1], hidden[-2]), dim=1
+        )  # [B, 2He]; fix: the listing's torch.cat lost its first argument
+        return outputs, torch.tanh(self.fc(concat_hidden))  # [B, S, 2He], [B, Hd]
 
 
 class Attention(nn.Module):
@@ -71,7 +73,7 @@ class Attention(nn.Module):
     def energy_as_written(self, hidden, encoder_outputs):
         seq_len = encoder_outputs.shape[1]
         hidden = hidden.unsqueeze(1).repeat(1, seq_len, 1)  # [B, S, Hd]
-        concat = torch.cat((hidden, encoder_outputs), dim=2)  # fix: first argument restored; [B, S, Hd + 2He]
+        concat = torch.cat((hidden, encoder_outputs), dim=2)  # [B, S, Hd + 2He]; fix: first argument restored
         return torch.tanh(self.fc1(concat))  # [B, S, Hd]
 
 
@@ -101,10 +103,11 @@ class Decoder(nn.Module):
         """`x [B]`, `hidden [B, Hd]` -> the input of `fc` `[B, Hd + 2He + Ed]`, hidden `[B, Hd]`, attention `[B, S]`."""
         embedding = tap(TARGET_EMBEDDINGS, self.dropout(self.embedding(x)))  # [B, Ed]
         weighted, attention = self.attention(hidden, encoder_outputs, mask, keys)  # [B, 2He], [B, S]
-        weighted_concat = torch.cat((embedding, weighted), dim=1).unsqueeze(1)  # fix: first argument; [B, 1, Ed + 2He]
+        weighted_concat = torch.cat((embedding, weighted), dim=1).unsqueeze(1)  # [B, 1, Ed + 2He]; fix: first argument restored
         output, hidden = self.gru(weighted_concat, hidden.unsqueeze(0))  # [B, 1, Hd], [1, B, Hd]
         output, hidden = output.squeeze(1), hidden.squeeze(0)  # [B, Hd], [B, Hd]
-        return torch.cat((output, weighted, embedding), dim=1), hidden, attention  # fix: first argument
+        # [B, Hd + 2He + Ed]; fix: first argument restored
+        return torch.cat((output, weighted, embedding), dim=1), hidden, attention
 
 
 class Seq2Seq(Seq2SeqBase):

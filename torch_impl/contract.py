@@ -1,4 +1,4 @@
-"""The contract of DESIGN.md for PyTorch: build, get_weights, set_weights, run, loss_and_grads."""
+"""The contract of docs/DESIGN.md for PyTorch: build, get_weights, set_weights, run, loss_and_grads."""
 
 from __future__ import annotations
 
@@ -47,6 +47,7 @@ def as_tensors(model: torch.nn.Module, arrays: Mapping[str, np.ndarray]) -> dict
 
 
 def model_outputs(model: torch.nn.Module, spec: catalogue.ModelSpec, tensors: dict, schedule=None) -> dict[str, torch.Tensor]:
+    """The model's outputs on `tensors`, in its current mode (`model.train()` turns dropout on)."""
     if spec.interface == "attention":
         context, attention = model.attend(tensors["query"], tensors["values"])  # [B, T, De], [B, T, S]
         return {"context": context, "attention": attention}
@@ -66,7 +67,7 @@ def training_loss(spec: catalogue.ModelSpec, outputs: dict, tensors: dict) -> to
 def run(model: torch.nn.Module, name: str, batch: Mapping, teacher_forcing=None) -> dict[str, np.ndarray]:
     """Inference outputs (eval mode, no grad) as numpy, batch-first: logits/context and attention."""
     spec, arrays, schedule = prepare(name, model.rosetta_config, batch, teacher_forcing)
-    with torch.no_grad(), _eval_mode(model):
+    with torch.no_grad(), _mode(model, False):
         outputs = model_outputs(model, spec, as_tensors(model, arrays), schedule)
     return {key: value.cpu().numpy() for key, value in outputs.items()}
 
@@ -86,7 +87,7 @@ def greedy(model: torch.nn.Module, name: str, batch: Mapping, max_len: int = 50)
     if not spec.variable_length:
         raise ValueError(f"model {name!r} has no greedy decoding (document {spec.document} gives none)")
     tensors = as_tensors(model, arrays)
-    with torch.no_grad(), _eval_mode(model):
+    with torch.no_grad(), _mode(model, False):
         tokens, attention = model.translate(
             tensors["src"], tensors.get("src_len"), max_len=max_len, sos_id=spec.sos_id, eos_id=spec.eos_id, pad_id=spec.pad_id
         )
@@ -94,19 +95,22 @@ def greedy(model: torch.nn.Module, name: str, batch: Mapping, max_len: int = 50)
 
 
 @contextlib.contextmanager
-def _eval_mode(model: torch.nn.Module):
+def _mode(model: torch.nn.Module, training: bool):
+    """`model` in train mode (`training`) or eval mode for the block, then in its own mode again."""
     was_training = model.training
     try:
-        yield model.eval()
+        yield model.train(training)
     finally:
         model.train(was_training)
 
 
-def loss_and_grads(model: torch.nn.Module, name: str, batch: Mapping, teacher_forcing=None) -> tuple[float, dict]:
-    """The loss of `batch` and its gradient w.r.t. every canonical weight (in the model's current mode)."""
+def loss_and_grads(model: torch.nn.Module, name: str, batch: Mapping, teacher_forcing=None, training: bool = False):
+    """The loss of `batch` and its gradient w.r.t. every canonical weight; `training`: dropout on (train mode),
+    else eval mode, whatever mode the model is in."""
     spec, arrays, schedule = prepare(name, model.rosetta_config, batch, teacher_forcing, with_targets=True)
     tensors = as_tensors(model, arrays)
     model.zero_grad(set_to_none=True)
-    loss = training_loss(spec, model_outputs(model, spec, tensors, schedule), tensors)
+    with _mode(model, training):
+        loss = training_loss(spec, model_outputs(model, spec, tensors, schedule), tensors)
     loss.backward()
     return float(loss.detach()), get_grads(model)

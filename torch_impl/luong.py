@@ -44,7 +44,7 @@ class Attention(nn.Module):
         if self.score_fn == "general":
             return torch.sum(query * self.w(encoder_outs), dim=2)
         decoder_outs = query.expand(-1, encoder_outs.shape[1], -1)  # [B, S, H]
-        cat = torch.cat((decoder_outs, encoder_outs), dim=2)  # fix: feature axis (the listing concatenated on time)
+        cat = torch.cat((decoder_outs, encoder_outs), dim=2)  # [B, S, 2H]; fix: feature axis (the listing concatenated on time)
         return torch.sum(self.v * torch.tanh(self.w(cat)), dim=2)  # fix: the paper's tanh, missing in the listing
 
     def keys(self, encoder_outs: torch.Tensor) -> torch.Tensor:

@@ -40,11 +40,11 @@ class ReverseTaskBase(nn.Module):
         self.decoder = self.rnn_class(input_size=decoder_input_size, hidden_size=hidden_size, batch_first=True)
 
     def forward(self, enc_inputs: torch.Tensor, dec_inputs: torch.Tensor) -> torch.Tensor:
-        """The document's signature: `(B, S)`, `(B, T)` token ids -> logits `(B, T, V)`."""
+        """The document's signature: `[B, S]`, `[B, T]` token ids -> logits `[B, T, V]`."""
         return self.decode(enc_inputs, dec_inputs)[0]
 
     def decode(self, enc_inputs, dec_inputs) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Logits `(B, T, V)` and the attention weights of every decoder step `(B, T, S)` (None: no attention)."""
+        """Logits `[B, T, V]` and the attention weights of every decoder step `[B, T, S]` (None: no attention)."""
         enc_emb = tap(SOURCE_EMBEDDINGS, self.enc_embeddings(enc_inputs))  # [B, S, E]
         enc_out, enc_hidden = self.encoder(enc_emb)  # [B, S, H], [1, B, H]
         tap(ENCODER_OUTPUTS, enc_out)

@@ -50,6 +50,7 @@ class Trainer:
         self._forward = torch.compile(self._forward_loss) if mode == "compile" else self._forward_loss
 
     def step(self, batch: Mapping, teacher_forcing=None) -> float:
+        """One update on `batch` (checked as `run` checks it) with the step's teacher-forcing schedule."""
         _, arrays, schedule = self._prepare(batch, teacher_forcing)
         loss, norm = self._update(as_tensors(self.model, arrays), schedule)
         self.grad_norms.append(float(norm))
