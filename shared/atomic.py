@@ -131,3 +131,13 @@ def check_free_space(folder: str | os.PathLike, needed_bytes: float, what: str =
         raise ValueError(
             f"not enough free space in {folder}: {what} needs about {needed_bytes / 2**20:.1f} MiB, {free / 2**20:.1f} MiB free"
         )
+
+
+def replace_block(path, block: str, text: str) -> None:
+    """Replace what stands between `<!-- <block>:start -->` and `<!-- <block>:end -->` in `path`."""
+    start, end = f"<!-- {block}:start -->", f"<!-- {block}:end -->"
+    page = path.read_text()
+    if start not in page or end not in page:
+        raise ValueError(f"{path} has no {start} ... {end} block to fill")
+    head, rest = page.split(start, 1)
+    write_atomic(path, f"{head}{start}\n{text}\n{end}{rest.split(end, 1)[1]}".encode())

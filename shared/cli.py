@@ -9,8 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from shared import catalogue, failures
-from shared.atomic import write_atomic
+from shared import catalogue, documents, failures
+from shared.atomic import replace_block, write_atomic
 from shared.stacks import STACKS, import_stack
 
 
@@ -60,129 +60,25 @@ def _fixtures(args) -> int:
     return 1 if args.check and changed else 0
 
 
-def _use_backend(backend: str | None) -> None:
-    """Name Keras's backend before tf_impl first imports Keras (JAX: x64 on, unless the caller set it)."""
-    if backend is None:
-        return
-    if "keras" in sys.modules and sys.modules["keras"].backend.backend() != backend:
-        raise SystemExit(f"rosetta: Keras already runs on {sys.modules['keras'].backend.backend()}, not {backend}")
-    os.environ["KERAS_BACKEND"] = backend
-    if backend == "jax":
-        os.environ.setdefault("JAX_ENABLE_X64", "1")  # float64 models: JAX computes float64 only with x64
-
-
 def _equality(args) -> int:
     import torch  # noqa: F401  (torch before tensorflow in one process)
 
-    from shared import equality, training
+    from shared import measurement
 
-    _use_backend(args.backend)
-    stacks = [import_stack(stack) for stack in STACKS]
-    backend = stacks[1].backends.name()
-    names = args.models or catalogue.built()
-    outputs = {}  # (name, dtype) -> both stacks' fixture outputs, for the report's heatmaps
-
-    def compare(name, dtype):
-        return equality.compare_stacks(name, dtype, *stacks, outputs=outputs.setdefault((name, dtype), {}))
-
-    rows, failures = _measure(names, compare)
-    keras_on = "" if backend == "tensorflow" else f", Keras on {backend}"
-    title = f"Max |torch - tf| on the golden fixtures{keras_on} (outputs, loss: float64 <= 1e-12, float32 <= 1e-5 + 1e-5 rel)"
-    sections, curves = [(title, "equality", rows)], {}
-    if args.training:
-
-        def record(name, dtype):
-            return training.compare_training(name, dtype, *stacks, curves=curves.setdefault((name, dtype), {}))
-
-        trained, failed = _measure(names, record)
-        trained = {key: {q: v for q, v in row.items() if q != "clipped steps"} for key, row in trained.items()}
-        steps = training.EQUALITY_STEPS
-        title = f"Max |torch - tf| after {steps} training steps{keras_on} (loss curve, weights: float64 <= 1e-9, float32 <= 1e-5)"
-        sections.append((title, "training", trained))
-        failures += failed
-        if backend == "tensorflow":  # the naive setups drift by Keras's optimizer rules: once, on TensorFlow
-            sections.append(_drift_section(stacks, training))
-    lines = [line for title, _, table in sections for line in (f"# {title}", "", *equality.maxima_table(table), "")]
-    text = "\n".join([*lines, *(f"FAILED: {failure}" for failure in failures)]).rstrip() + "\n"
+    measurement.use_backend(args.backend)
+    measured = measurement.measure(args.models or catalogue.built(), with_training=args.training)
+    text = measured.text()
     print(text, end="")
     if args.output:
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)
         write_atomic(args.output, text.encode())
-    if args.readme and not failures:
-        for _, block, table in sections:
-            _replace_block(Path(args.readme), block, "\n".join(equality.maxima_table(table)))
+    if args.readme and not measured.failures:
+        for block, table in measured.tables():
+            replace_block(Path(args.readme), block, table)
     if args.json:
-        _write_json(args.json, _equality_record(sections, outputs, curves, failures, backend))
-    return 1 if failures else 0
-
-
-def _equality_record(sections, outputs: dict, curves: dict, failures: list[str], backend: str) -> dict:
-    """What `rosetta report` reads: the maxima as tidy rows, both training curves, the fixture attention, and the
-    Keras backend the tf stack ran on."""
-
-    def tidy(table):
-        return [{"model": m, "dtype": d, "quantity": q, "max_abs": v} for (m, d), row in table.items() for q, v in row.items()]
-
-    tables = {block: table for _, block, table in sections}
-    maxima = tables["equality"]
-    greedy = [
-        {"model": m, "dtype": d, "tokens_equal": True} for m, d in maxima if catalogue.get(m).variable_length
-    ]  # compare_stacks asserts equal ids: a model with different ids is a failure, not a row
-    attention = [
-        {"model": m, "torch": found["reference"]["attention"][0].tolist(), "tf": found["candidate"]["attention"][0].tolist()}
-        for (m, d), found in sorted(outputs.items())
-        if d == "float64" and "attention" in found.get("reference", {})
-    ]
-    return {
-        "schema": 1,
-        "backend": backend,
-        "outputs": tidy(maxima),
-        "greedy": greedy,
-        "training": tidy(tables.get("training", {})),
-        "drift": tidy(tables.get("drift", {})),
-        "curves": [{"model": m, "dtype": d, "torch": c["reference"], "tf": c["candidate"]} for (m, d), c in curves.items() if c],
-        "attention": attention,
-        "failures": failures,
-    }
-
-
-def _write_json(path, record: dict) -> None:
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, (json.dumps(record, indent=1, allow_nan=False) + "\n").encode())
-
-
-DRIFT_MODELS = ("reverse_bahdanau", "luong_general", "tf_tutorial")
-
-
-def _drift_section(stacks, training) -> tuple[str, str, dict]:
-    """How far the naive Keras setups drift from torch over the same 200 steps (float64: no rounding excuse)."""
-    rows = {}
-    for setup in training.NAIVE_SETUPS:
-        for name in DRIFT_MODELS:
-            rows[f"{name}: {setup}", "float64"] = training.drift(name, "float64", *stacks, setup)
-    return f"Drift of the naive Keras setups, max |torch - tf| after {training.EQUALITY_STEPS} steps", "drift", rows
-
-
-def _measure(names: list[str], compare) -> tuple[dict, list[str]]:
-    """`compare(name, dtype)` for every model and dtype: the maxima by (name, dtype), and the failures."""
-    rows, failures = {}, []
-    for name in names:
-        for dtype in catalogue.DTYPES[::-1]:
-            try:
-                rows[name, dtype] = compare(name, dtype)
-            except AssertionError as error:
-                failures.append(str(error))
-    return rows, failures
-
-
-def _replace_block(path, block: str, text: str) -> None:
-    """Replace what stands between `<!-- <block>:start -->` and `<!-- <block>:end -->` in `path`."""
-    start, end = f"<!-- {block}:start -->", f"<!-- {block}:end -->"
-    page = path.read_text()
-    if start not in page or end not in page:
-        raise ValueError(f"{path} has no {start} ... {end} block to fill")
-    head, rest = page.split(start, 1)
-    write_atomic(path, f"{head}{start}\n{text}\n{end}{rest.split(end, 1)[1]}".encode())
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(args.json, (json.dumps(measured.record(), indent=1, allow_nan=False) + "\n").encode())
+    return 1 if measured.failures else 0
 
 
 def _key_values(pairs: list[str], what: str) -> dict:
@@ -247,7 +143,9 @@ def _no_data(args) -> bool:
     """True when `args.model` reads a data set and no data folder is given."""
     from shared import data
 
-    return data.dataset_for_model(args.model) not in (None, "reverse") and not (args.data_dir or os.environ.get(data.ENV_VAR))
+    return documents.dataset_for_model(args.model) not in (None, "reverse") and not (
+        args.data_dir or os.environ.get(data.ENV_VAR)
+    )
 
 
 def _child_argv(args, stack: str) -> list[str]:
@@ -288,7 +186,7 @@ def _reproduction(args) -> int:
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     write_atomic(args.output, text.encode())
     if args.readme:
-        _replace_block(Path(args.readme), "reproduction", "\n".join(reproduction.table(summaries)))
+        replace_block(Path(args.readme), "reproduction", "\n".join(reproduction.table(summaries)))
     print(text)
     return 0
 
@@ -364,8 +262,8 @@ def _report(args) -> int:
     for note in written["missing"]:
         print(f"  missing: {note}")
     if args.readme:
-        _replace_block(Path(args.readme), "report", written["headline"])
-        _replace_block(Path(args.readme), "models", written["models"])
+        replace_block(Path(args.readme), "report", written["headline"])
+        replace_block(Path(args.readme), "models", written["models"])
     return 0
 
 

@@ -11,6 +11,7 @@ import dataclasses
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from shared import catalogue
 from shared.specs import Sizes, TrainSpec
 
 
@@ -113,3 +114,11 @@ def training_defaults(number: str) -> dict:
 def with_reports() -> list[Document]:
     """The documents that report figures, in order."""
     return [document for document in DOCUMENTS.values() if document.reported is not None]
+
+
+def dataset_for_model(name: str) -> str | None:
+    """The dataset a catalogue model trains on: "reverse", "multi30k", "spa_eng", or None (no seq2seq data)."""
+    spec = catalogue.CATALOGUE.get(name)
+    if spec is None:
+        raise ValueError(f"unknown model {name!r}; the catalogue holds: {', '.join(catalogue.CATALOGUE)}")
+    return get(spec.document).dataset

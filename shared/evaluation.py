@@ -10,12 +10,12 @@ import math
 
 import numpy as np
 
-from shared import catalogue, data, documents, metrics
+from shared import catalogue, corpora, documents, metrics, readers
 from shared import teacher_forcing as schedules
 from shared.specs import RunConfig
 
 
-def evaluate(stack, model, run: RunConfig, corpus: data.Corpus, split: str, limit: int | None = None) -> dict:
+def evaluate(stack, model, run: RunConfig, corpus: corpora.Corpus, split: str, limit: int | None = None) -> dict:
     """Metrics of one split (its first `limit` batches), in data order and eval mode (dropout off).
 
     loss, perplexity, token_accuracy: teacher-forced, mean over non-pad targets. sequence_accuracy:
@@ -81,7 +81,7 @@ def _add_loss(totals: dict, stack, model, run: RunConfig, batch: dict, forcing, 
         totals["correct"] += int((logits.argmax(-1) == targets)[valid].sum())
 
 
-def greedy_tokens(stack, model, run: RunConfig, corpus: data.Corpus, batch: dict) -> np.ndarray:
+def greedy_tokens(stack, model, run: RunConfig, corpus: corpora.Corpus, batch: dict) -> np.ndarray:
     """Greedy decoding `[B, L]`: the stack's `greedy` (documents 002-004), or for document 001's models,
     whose decoders take the whole target at once, one `run` per step on the tokens decoded so far."""
     if catalogue.get(run.model).variable_length:
@@ -99,15 +99,15 @@ def rerun_greedy(stack, model, name: str, src: np.ndarray, steps: int, sos_id: i
     return tokens[:, 1:], outputs.get("attention")
 
 
-def encode_sentence(corpus: data.Corpus, sentence: str) -> tuple[np.ndarray, list[str]]:
+def encode_sentence(corpus: corpora.Corpus, sentence: str) -> tuple[np.ndarray, list[str]]:
     """Source ids `[1, S]` and their tokens, tokenized as the corpus was: spaCy (Multi30k, with `<sos>`
     and `<eos>`), the tutorial's preprocessing (spa-eng), or space-separated tokens (the reverse task)."""
     if not sentence.strip():
         raise ValueError("the sentence to translate is empty")
     if corpus.name == "multi30k":
-        tokens = ["<sos>", *data.tokenize(data.spacy_tokenizers()[0], [sentence])[0], "<eos>"]
+        tokens = ["<sos>", *readers.tokenize(readers.spacy_tokenizers()[0], [sentence])[0], "<eos>"]
     elif corpus.name == "spa_eng":
-        tokens = data.preprocess_sentence(sentence).split()
+        tokens = readers.preprocess_sentence(sentence).split()
     else:
         tokens = sentence.split()
     try:

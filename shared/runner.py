@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from shared import atomic, catalogue, data, documents, failures, safetensors_io, stacks, training
+from shared import atomic, catalogue, corpora, data, documents, failures, safetensors_io, stacks, training
 from shared import teacher_forcing as schedules
 from shared.atomic import write_atomic
 from shared.evaluation import encode_sentence, evaluate, rerun_greedy
@@ -64,9 +64,9 @@ def create_run(run_dir, model: str, data_dir=None, overrides: dict | None = None
 
     An existing run.json must describe the same run (then this returns it): a folder never holds two runs.
     """
-    run_dir, dataset, defaults = Path(run_dir), data.dataset_for_model(model), document_defaults(model)
+    run_dir, dataset, defaults = Path(run_dir), documents.dataset_for_model(model), document_defaults(model)
     cache = run_dir / CORPUS_DIR
-    saved = (cache / data.CORPUS_FILE).is_file()
+    saved = (cache / corpora.CORPUS_FILE).is_file()
     corpus = data.load_corpus(dataset, data_dir, cache_dir=cache if saved else None, **(corpus_options or {}))
     sizes = {**corpus.vocab_overrides(model), **(overrides or {})}
     config = catalogue.resolve_config(catalogue.get(model), settings.get("dtype", "float32"), sizes)
@@ -165,13 +165,13 @@ def _keep_json_lines(path: Path, keep) -> None:
         write_atomic(path, "".join(json.dumps(record) + "\n" for record in records if keep(record)).encode())
 
 
-def final_split(corpus: data.Corpus) -> str:
+def final_split(corpus: corpora.Corpus) -> str:
     """The split of the final evaluation: "test", or "val" where the data has no test split (spa-eng)."""
     return "test" if "test" in corpus.splits else "val"
 
 
-def _load_corpus(run_dir: Path) -> data.Corpus:
-    return data.Corpus.load(run_dir / CORPUS_DIR)
+def _load_corpus(run_dir: Path) -> corpora.Corpus:
+    return corpora.Corpus.load(run_dir / CORPUS_DIR)
 
 
 def _start_from_initial_weights(run_dir: Path, stack, model, run: RunConfig) -> None:
@@ -215,7 +215,7 @@ class _Progress:
             self.bar.close()
 
 
-def _loop(run: RunConfig, stack, model, trainer, corpus: data.Corpus, out: Path, progress: bool, start: _Start) -> int:
+def _loop(run: RunConfig, stack, model, trainer, corpus: corpora.Corpus, out: Path, progress: bool, start: _Start) -> int:
     """Epochs of shuffled, bucketed batches, each handed to the stack's `Trainer.train_epoch` (Keras's: `fit`);
     checkpoints every `checkpoint_every` steps and after each epoch. Begins at `start` (the batches of its epoch
     before its step skipped). Returns the number of steps taken."""
@@ -246,7 +246,7 @@ class _Steps:
     """The run's steps as a Trainer takes them: each batch padded, with its teacher-forcing schedule; after each
     update, the log record, the divergence check, the progress bar and every `checkpoint_every` a checkpoint."""
 
-    def __init__(self, run: RunConfig, stack, trainer, corpus: data.Corpus, out: Path, total: int, bar: _Progress):
+    def __init__(self, run: RunConfig, stack, trainer, corpus: corpora.Corpus, out: Path, total: int, bar: _Progress):
         self.run, self.stack, self.trainer, self.corpus, self.out = run, stack, trainer, corpus, out
         self.total, self.bar = total, bar
         self.step, self.saved, self.epoch, self.log, self.clock = 0, 0, 0, [], time.perf_counter()
@@ -310,7 +310,7 @@ def _append_json_lines(path: Path, records: list[dict]) -> None:
     write_atomic(path, before + "".join(json.dumps(record) + "\n" for record in records).encode())
 
 
-def _checkpoint(stack, trainer, run: RunConfig, corpus: data.Corpus, out: Path, step: int, epoch: int, log: list) -> int:
+def _checkpoint(stack, trainer, run: RunConfig, corpus: corpora.Corpus, out: Path, step: int, epoch: int, log: list) -> int:
     """Write the loss log, then the stack's own file, then the canonical checkpoint (each atomically); both
     checkpoints hold Adam's state (`rosetta port --with-optimizer` reads it)."""
     if log:

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shared import catalogue, data
+from shared import catalogue, corpora, data, documents, readers
 from shared.vocab import Vocab, build_keras_vocab, build_vocab
 
 REPO = Path(__file__).resolve().parents[1]
@@ -32,15 +32,15 @@ def need_data(*parts: str) -> Path:
 
 
 @pytest.fixture(scope="module")
-def multi30k() -> data.Corpus:
+def multi30k() -> corpora.Corpus:
     """Multi30k tokenized once for the module (a few seconds: spaCy's import and 31k sentence pairs)."""
     pytest.importorskip("spacy", reason="Multi30k is tokenized with spaCy (the [data] extra)")
-    return data.read_multi30k(need_data("multi30k", "wmt16"))
+    return readers.read_multi30k(need_data("multi30k", "wmt16"))
 
 
 @pytest.fixture(scope="module")
-def spa_eng() -> data.Corpus:
-    return data.read_spa_eng(need_data("spa-eng", "spa-eng.zip").parent)
+def spa_eng() -> corpora.Corpus:
+    return readers.read_spa_eng(need_data("spa-eng", "spa-eng.zip").parent)
 
 
 def write_gz(path: Path, text: str | bytes) -> None:
@@ -50,7 +50,7 @@ def write_gz(path: Path, text: str | bytes) -> None:
 def fake_multi30k(folder: Path, lines: int = 3) -> Path:
     """A tiny WMT16-like folder: every split's .de.gz and .en.gz, `lines` pairs each, an empty last line."""
     folder.mkdir(parents=True, exist_ok=True)
-    for stem in data.MULTI30K_FILES.values():
+    for stem in readers.MULTI30K_FILES.values():
         write_gz(folder / f"{stem}.de.gz", "".join(f"Ein Hund läuft {i}.\n" for i in range(lines)) + "\n")
         write_gz(folder / f"{stem}.en.gz", "".join(f"A dog runs {i}.\n" for i in range(lines)) + "\n")
     return folder
@@ -130,18 +130,18 @@ def test_vocab_load_rejects_missing_truncated_and_edited_files(tmp_path):
 
 
 def test_reverse_task_is_deterministic_and_reversed():
-    arrays = data.reverse_task(32, seed=5)
+    arrays = readers.reverse_task(32, seed=5)
     assert all(arrays[key].shape == (32, 10) and arrays[key].dtype == np.int64 for key in ("src", "tgt_in", "tgt_out"))
     assert np.array_equal(arrays["tgt_out"], arrays["src"][:, ::-1])
     assert (arrays["tgt_in"][:, 0] == catalogue.SOS_ID).all() and np.array_equal(
         arrays["tgt_in"][:, 1:], arrays["tgt_out"][:, :-1]
     )
     assert arrays["src"].min() >= 3 and arrays["src"].max() < 20
-    again, other = data.reverse_task(32, seed=5), data.reverse_task(32, seed=6)
+    again, other = readers.reverse_task(32, seed=5), readers.reverse_task(32, seed=6)
     assert all(np.array_equal(arrays[key], again[key]) for key in arrays)
     assert not np.array_equal(arrays["src"], other["src"])
     with pytest.raises(ValueError, match="vocab_size must be an integer >= 4"):
-        data.reverse_task(4, vocab_size=3)
+        readers.reverse_task(4, vocab_size=3)
 
 
 def test_reverse_corpus_batches_match_reverse_task():
@@ -150,7 +150,7 @@ def test_reverse_corpus_batches_match_reverse_task():
     assert corpus.vocab_overrides("reverse_bahdanau") == {"vocab_size": 20}
     batch = corpus.batches("train", 32)[0]
     assert set(batch) == {"src", "tgt_in", "tgt_out"}  # the reverse-task models take no src_len
-    expected = data.reverse_task(80, seed=0)
+    expected = readers.reverse_task(80, seed=0)
     assert all(np.array_equal(batch[key], expected[key][:32]) for key in batch)
 
 
@@ -163,7 +163,7 @@ def _sequences(lengths, start=5):
 
 def test_batches_pad_and_shift_in_order():
     src, tgt = _sequences([3, 1, 4, 2, 5]), _sequences([4, 2, 3, 5, 2])
-    out = data.batches(src, tgt, 2, pad_id=1)
+    out = corpora.batches(src, tgt, 2, pad_id=1)
     assert [len(batch["src"]) for batch in out] == [2, 2, 1]
     first = out[0]
     assert np.array_equal(first["src"], [[5, 6, 7], [5, 1, 1]]) and np.array_equal(first["src_len"], [3, 1])
@@ -171,7 +171,7 @@ def test_batches_pad_and_shift_in_order():
     assert np.array_equal(first["tgt_in"], [[5, 6, 7], [5, 6, 1]])
     assert np.array_equal(first["tgt_out"], [[6, 7, 8], [6, 1, 1]])
     assert all(array.dtype == np.int64 for batch in out for array in batch.values())
-    assert len(data.batches(src, tgt, 2, pad_id=1, drop_last=True)) == 2
+    assert len(corpora.batches(src, tgt, 2, pad_id=1, drop_last=True)) == 2
 
 
 def test_batches_bucket_with_rng():
@@ -180,16 +180,16 @@ def test_batches_bucket_with_rng():
     src, tgt = _sequences(lengths), _sequences(lengths + 1)
     for index, sequence in enumerate(src):
         sequence[0] = 1000 + index  # a unique first token names the example
-    out = data.batches(src, tgt, 16, pad_id=0, rng=np.random.default_rng(1))
+    out = corpora.batches(src, tgt, 16, pad_id=0, rng=np.random.default_rng(1))
     seen = np.concatenate([batch["src"][:, 0] for batch in out]) - 1000
     assert sorted(seen.tolist()) == list(range(1000))  # every example exactly once
     assert all(np.array_equal(batch["src_len"], lengths[batch["src"][:, 0] - 1000]) for batch in out)
     padding = sum((batch["src"] == 0).sum() for batch in out) / sum(batch["src"].size for batch in out)
-    in_order = data.batches(src, tgt, 16, pad_id=0)
+    in_order = corpora.batches(src, tgt, 16, pad_id=0)
     padding_in_order = sum((batch["src"] == 0).sum() for batch in in_order) / sum(batch["src"].size for batch in in_order)
     assert padding < 0.05 < padding_in_order
     assert all((np.diff(batch["src_len"]) <= 0).all() for batch in out)  # longest source first in each batch
-    again = data.batches(src, tgt, 16, pad_id=0, rng=np.random.default_rng(1))
+    again = corpora.batches(src, tgt, 16, pad_id=0, rng=np.random.default_rng(1))
     assert all(np.array_equal(a["src"], b["src"]) for a, b in zip(out, again, strict=True))
 
 
@@ -206,7 +206,7 @@ def test_batches_bucket_with_rng():
 def test_batches_reject_bad_input(kwargs, message):
     args = {"src": _sequences([2, 3]), "tgt": _sequences([3, 3]), "batch_size": 2, **kwargs}
     with pytest.raises(ValueError, match=message):
-        data.batches(args.pop("src"), args.pop("tgt"), args.pop("batch_size"), pad_id=0, **args)
+        corpora.batches(args.pop("src"), args.pop("tgt"), args.pop("batch_size"), pad_id=0, **args)
 
 
 # ---------------------------------------------------------------- the saved corpus
@@ -215,7 +215,7 @@ def test_batches_reject_bad_input(kwargs, message):
 def test_corpus_save_load_round_trip(tmp_path):
     corpus = data.load_corpus("reverse", train_size=50, val_size=5, test_size=5, seed=3)
     corpus.save(tmp_path)
-    loaded = data.Corpus.load(tmp_path)
+    loaded = corpora.Corpus.load(tmp_path)
     assert (loaded.name, loaded.special_ids, loaded.options) == (corpus.name, corpus.special_ids, corpus.options)
     assert loaded.src_vocab == corpus.src_vocab and loaded.tgt_vocab == corpus.tgt_vocab
     for split, sides in corpus.splits.items():
@@ -226,17 +226,17 @@ def test_corpus_save_load_round_trip(tmp_path):
 
 def test_corpus_load_rejects_another_vocab_and_corrupt_files(tmp_path):
     with pytest.raises(ValueError, match=f"no saved corpus at {tmp_path}"):
-        data.Corpus.load(tmp_path)
+        corpora.Corpus.load(tmp_path)
     data.load_corpus("reverse", train_size=10, val_size=2, test_size=2).save(tmp_path)
-    good_vocab = (tmp_path / data.TGT_VOCAB_FILE).read_bytes()
-    data.reverse_vocab(21).save(tmp_path / data.TGT_VOCAB_FILE)  # a corpus saved with another vocab
+    good_vocab = (tmp_path / corpora.TGT_VOCAB_FILE).read_bytes()
+    readers.reverse_vocab(21).save(tmp_path / corpora.TGT_VOCAB_FILE)  # a corpus saved with another vocab
     with pytest.raises(ValueError, match="made with another tgt vocabulary"):
-        data.Corpus.load(tmp_path)
-    (tmp_path / data.TGT_VOCAB_FILE).write_bytes(good_vocab)
-    blob = (tmp_path / data.CORPUS_FILE).read_bytes()
-    (tmp_path / data.CORPUS_FILE).write_bytes(blob[: len(blob) // 2])
+        corpora.Corpus.load(tmp_path)
+    (tmp_path / corpora.TGT_VOCAB_FILE).write_bytes(good_vocab)
+    blob = (tmp_path / corpora.CORPUS_FILE).read_bytes()
+    (tmp_path / corpora.CORPUS_FILE).write_bytes(blob[: len(blob) // 2])
     with pytest.raises(ValueError, match="corpus.npz is unreadable"):
-        data.Corpus.load(tmp_path)
+        corpora.Corpus.load(tmp_path)
 
 
 def test_load_corpus_cache_and_options(tmp_path):
@@ -271,9 +271,9 @@ def test_dataset_for_model():
     expected = {"additive_attention": None, "bahdanau_bigru": "multi30k", "tf_tutorial": "spa_eng"}
     expected.update({name: "reverse" for name in catalogue.CATALOGUE if name.startswith("reverse_")})
     expected.update({name: "multi30k" for name in catalogue.CATALOGUE if name.startswith("luong_")})
-    assert {name: data.dataset_for_model(name) for name in catalogue.CATALOGUE} == expected
+    assert {name: documents.dataset_for_model(name) for name in catalogue.CATALOGUE} == expected
     with pytest.raises(ValueError, match="unknown model 'gpt'"):
-        data.dataset_for_model("gpt")
+        documents.dataset_for_model("gpt")
 
 
 def test_importing_shared_data_imports_numpy_only():
@@ -306,7 +306,7 @@ def test_multi30k_sentences_are_wrapped(multi30k):
 
 def test_multi30k_saved_corpus_round_trip(multi30k, tmp_path):
     multi30k.save(tmp_path)
-    loaded = data.Corpus.load(tmp_path)
+    loaded = corpora.Corpus.load(tmp_path)
     assert loaded.src_vocab.fingerprint == multi30k.src_vocab.fingerprint
     assert all(np.array_equal(a, b) for a, b in zip(loaded.splits["val"][1], multi30k.splits["val"][1], strict=True))
     assert loaded.references == multi30k.references
@@ -319,20 +319,20 @@ def test_multi30k_data_dir_forms(tmp_path):
     pytest.importorskip("spacy", reason="Multi30k is tokenized with spaCy (the [data] extra)")
     fake_multi30k(tmp_path / "multi30k" / "wmt16")
     for folder in (tmp_path, tmp_path / "multi30k", tmp_path / "multi30k" / "wmt16"):
-        corpus = data.read_multi30k(folder, min_freq=1)
+        corpus = readers.read_multi30k(folder, min_freq=1)
         assert len(corpus.splits["train"][0]) == 3  # the empty last line is dropped
     assert corpus.tgt_vocab.itos[4:7] == (".", "a", "dog")
 
 
 def test_multi30k_rejects_missing_folder_and_file(tmp_path):
     with pytest.raises(ValueError, match=f"no Multi30k under {tmp_path}: expected the WMT16 task-1 files"):
-        data.read_multi30k_text(tmp_path)
+        readers.read_multi30k_text(tmp_path)
     with pytest.raises(ValueError, match=f"the Multi30k folder {tmp_path / 'nope'} does not exist"):
-        data.read_multi30k_text(tmp_path / "nope")
+        readers.read_multi30k_text(tmp_path / "nope")
     fake_multi30k(tmp_path)
     (tmp_path / "test2016.en.gz").unlink()
     with pytest.raises(ValueError, match=f"Multi30k file {tmp_path / 'test2016.en.gz'} is missing"):
-        data.read_multi30k_text(tmp_path)
+        readers.read_multi30k_text(tmp_path)
 
 
 @pytest.mark.parametrize(
@@ -349,7 +349,7 @@ def test_multi30k_rejects_bad_files(tmp_path, damage, message):
     fake_multi30k(tmp_path)
     damage(tmp_path / "val.de.gz")
     with pytest.raises(ValueError, match=message) as error:
-        data.read_multi30k_text(tmp_path)
+        readers.read_multi30k_text(tmp_path)
     assert str(tmp_path / "val.de.gz") in str(error.value)
 
 
@@ -357,9 +357,9 @@ def test_multi30k_rejects_bad_files(tmp_path, damage, message):
 
 
 def test_spa_eng_preprocessing_is_the_tutorials():
-    assert data.preprocess_sentence("¿Todavía está en casa?") == "<start> ¿ todavia esta en casa ? <end>"
-    assert data.preprocess_sentence("May I borrow this book?") == "<start> may i borrow this book ? <end>"
-    assert data.preprocess_sentence('  Tom\'s 3 cats, "hi"!') == "<start> tom s cats , hi ! <end>"
+    assert readers.preprocess_sentence("¿Todavía está en casa?") == "<start> ¿ todavia esta en casa ? <end>"
+    assert readers.preprocess_sentence("May I borrow this book?") == "<start> may i borrow this book ? <end>"
+    assert readers.preprocess_sentence('  Tom\'s 3 cats, "hi"!') == "<start> tom s cats , hi ! <end>"
 
 
 def test_spa_eng_vocab_sizes_and_specials(spa_eng):
@@ -375,7 +375,7 @@ def test_spa_eng_vocab_sizes_and_specials(spa_eng):
 
 
 def test_spa_eng_split_is_seeded():
-    first, again, other = (data.read_spa_eng(need_data("spa-eng"), num_examples=1000, seed=seed) for seed in (0, 0, 1))
+    first, again, other = (readers.read_spa_eng(need_data("spa-eng"), num_examples=1000, seed=seed) for seed in (0, 0, 1))
     assert {split: len(src) for split, (src, _) in first.splits.items()} == {"train": 800, "val": 200}
     assert all(np.array_equal(a, b) for a, b in zip(first.splits["val"][0], again.splits["val"][0], strict=True))
     assert not all(np.array_equal(a, b) for a, b in zip(first.splits["val"][0], other.splits["val"][0], strict=True))
@@ -388,17 +388,17 @@ def _zip(path: Path, member: str, text: str) -> None:
 
 def test_spa_eng_rejects_bad_files(tmp_path):
     with pytest.raises(ValueError, match=f"no spa-eng data under {tmp_path}: expected the tutorial's spa-eng.zip"):
-        data.read_spa_eng(tmp_path)
+        readers.read_spa_eng(tmp_path)
     (tmp_path / "spa-eng.zip").write_bytes(b"PK not really a zip")
     with pytest.raises(ValueError, match="spa-eng.zip is not a readable zip archive"):
-        data.read_spa_eng(tmp_path)
+        readers.read_spa_eng(tmp_path)
     _zip(tmp_path / "spa-eng.zip", "spa.txt", "Go.\tVe.\n")
     with pytest.raises(ValueError, match="holds no spa-eng/spa.txt"):
-        data.read_spa_eng(tmp_path)
-    _zip(tmp_path / "spa-eng.zip", data.SPA_ENG_MEMBER, "Go.\tVe.\nRun!\tCorre!\tCC-BY\n")
+        readers.read_spa_eng(tmp_path)
+    _zip(tmp_path / "spa-eng.zip", readers.SPA_ENG_MEMBER, "Go.\tVe.\nRun!\tCorre!\tCC-BY\n")
     with pytest.raises(ValueError, match="line 2 has 3 tab-separated fields"):
-        data.read_spa_eng(tmp_path, num_examples=2)
+        readers.read_spa_eng(tmp_path, num_examples=2)
     with pytest.raises(ValueError, match="num_examples 5 exceeds the 2 pairs"):
-        data.read_spa_eng(tmp_path, num_examples=5)
-    corpus = data.read_spa_eng(tmp_path, num_examples=1, val_fraction=0.5)
+        readers.read_spa_eng(tmp_path, num_examples=5)
+    corpus = readers.read_spa_eng(tmp_path, num_examples=1, val_fraction=0.5)
     assert corpus.tgt_vocab.decode(corpus.splits["val"][1][0]) == ["<start>", "go", ".", "<end>"]

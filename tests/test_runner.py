@@ -12,8 +12,9 @@ import json
 import numpy as np
 import pytest
 
-from shared import data, evaluation, runner, safetensors_io
+from shared import data, evaluation, readers, runner, safetensors_io
 from shared.cli import main as rosetta
+from shared.vocab import Vocab
 
 SMALL = {"embedding_dim": 8, "hidden_size": 12, "attention_size": 10}
 REVERSE_DATA = {"train_size": 64, "val_size": 16, "test_size": 16}
@@ -104,8 +105,8 @@ def test_a_checkpoint_of_another_vocabulary_is_refused(stack, tmp_path):
     name = _stack_name(stack)
     first, second = _run(tmp_path / "a"), _run(tmp_path / "b")
     runner.train(first, name, progress=False)
-    other = data.reverse_corpus(**REVERSE_DATA, vocab_size=20, seed=1)  # same sizes, another token list
-    other.src_vocab = other.tgt_vocab = data.Vocab(
+    other = readers.reverse_corpus(**REVERSE_DATA, vocab_size=20, seed=1)  # same sizes, another token list
+    other.src_vocab = other.tgt_vocab = Vocab(
         [*other.tgt_vocab.itos[:3], *reversed(other.tgt_vocab.itos[3:])], other.tgt_vocab.specials
     )
     other.save(second / runner.CORPUS_DIR)
