@@ -296,7 +296,7 @@ def _port_own(args) -> int:
 
 def _add_port(commands) -> None:
     from shared.layouts import describe_presets
-    from shared.porting import FORMATS
+    from shared.port_files import FORMATS
 
     formats = ", ".join(FORMATS)
     port = commands.add_parser(

@@ -17,7 +17,7 @@ import warnings
 
 import numpy as np
 
-from shared import porting, references, stacks
+from shared import port_files, porting, references, stacks
 from shared.conversion import Conversion, convert, outputs, verify
 from shared.verification import Check, close, render_check
 
@@ -27,8 +27,8 @@ FLAGS = {"torch": "--torch-model", "tf": "--keras-model"}
 
 @dataclasses.dataclass
 class OwnPort:
-    source: porting.Endpoint
-    destination: porting.Endpoint
+    source: port_files.Endpoint
+    destination: port_files.Endpoint
     conversion: Conversion
     checks: list[Check]
 
@@ -54,12 +54,12 @@ def port_own(source, destination, torch_model: str | None = None, keras_model: s
         inputs: an `.npz` batch the models are run on (arrays `arr_0`, `arr_1`, ... as a tuple; else by name).
         key_map: pairs the walk cannot find (shared.conversion.convert).
     """
-    src = porting.endpoint(source, source_format)
-    dst = porting.endpoint(destination, to, destination=True)
+    src = port_files.endpoint(source, source_format)
+    dst = port_files.endpoint(destination, to, destination=True)
     sides = (_stack(src.format, source), _stack(dst.format, destination))
     if sides[0] == sides[1]:
         raise ValueError(f"{src.text} and {dst.text} are both {sides[0]} files: port between a torch and a Keras file")
-    porting.check_destination(src, dst, force)
+    port_files.check_destination(src, dst, force)
     factories = _factories(torch_model, keras_model, needed={sides[1]} | ({sides[0]} - _self_contained(src)))
     batch = _load_batch(inputs)
     source_stack, target_stack = (stacks.import_module(side, "conversion") for side in sides)
@@ -70,24 +70,24 @@ def port_own(source, destination, torch_model: str | None = None, keras_model: s
         warnings.simplefilter("ignore")
         conversion = convert(source32, target32, key_map)
     check = _verify_in_float64(source_stack, source32, target_stack, target32, factories, sides, batch, key_map)
-    with porting.staged_beside(dst.path) as staged:
+    with port_files.staged_beside(dst.path) as staged:
         target_stack.save_file(target32, staged, dst.format.name)
         fresh = None if dst.format.name == "keras" else target_stack.build(factories[sides[1]], "float32", batch)
         back = target_stack.load_file(fresh, staged, dst.format.name, factories[sides[1]], batch)
         report = OwnPort(src, dst, conversion, [check, _read_back(target32, back, batch)])
         if report.ok:
-            porting.move_into_place(staged, dst.path, force)
+            port_files.move_into_place(staged, dst.path, force)
         return report
 
 
-def _stack(fmt: porting.Format, text) -> str:
+def _stack(fmt: port_files.Format, text) -> str:
     if fmt.name not in STACK_OF_FORMAT:
-        known = ", ".join(porting.FORMATS[name].suffix for name in STACK_OF_FORMAT)
+        known = ", ".join(port_files.FORMATS[name].suffix for name in STACK_OF_FORMAT)
         raise ValueError(f"{text}: your own models port between {known} files, not a {fmt.description}")
     return STACK_OF_FORMAT[fmt.name]
 
 
-def _self_contained(src: porting.Endpoint) -> set[str]:
+def _self_contained(src: port_files.Endpoint) -> set[str]:
     """The sides whose model the source file holds whole (a `.keras` file)."""
     return {"tf"} if src.format.name == "keras" else set()
 

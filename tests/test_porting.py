@@ -15,7 +15,7 @@ import torch
 import tf_impl
 import tf_impl.checkpoints
 import torch_impl
-from shared import catalogue, fixtures, porting, safetensors_io
+from shared import catalogue, fixtures, port_files, porting, safetensors_io
 from shared.cli import main as rosetta
 from shared.equality import assert_close
 from shared.training import EQUALITY_SPEC, _train_steps, fixture_trainer, train_fixture
@@ -24,7 +24,7 @@ from tf_impl.train import save_native as save_keras_weights
 from torch_impl.train import save_native as save_torch
 
 MODELS = catalogue.built()
-SUFFIXES = {fmt.name: fmt.suffix for fmt in porting.FORMATS.values()}
+SUFFIXES = {fmt.name: fmt.suffix for fmt in port_files.FORMATS.values()}
 SUFFIXES["tf_checkpoint"] = "_ckpt"  # a folder, as the tutorial's `checkpoint.save` leaves it
 WRITERS = {"torch": (torch_impl, save_torch), "keras_weights": (tf_impl, save_keras_weights), "keras": (tf_impl, save_keras),
            "tf_checkpoint": (tf_impl, tf_impl.checkpoints.write)}  # fmt: skip
@@ -48,8 +48,8 @@ def _write_source(name: str, fmt: str, path, weights=None) -> dict:
 
 
 def _weights_of(name: str, fmt: str, path) -> dict:
-    stack = torch_impl if porting.FORMATS[fmt].stack == "torch" or fmt == "safetensors" else tf_impl
-    return stack.get_weights(porting.read(stack, path, porting.FORMATS[fmt], name, _overrides(name), "float32")[0])
+    stack = torch_impl if port_files.FORMATS[fmt].stack == "torch" or fmt == "safetensors" else tf_impl
+    return stack.get_weights(port_files.read(stack, path, port_files.FORMATS[fmt], name, _overrides(name), "float32")[0])
 
 
 def _covering_ports() -> list[tuple[str, str, str]]:
@@ -225,7 +225,7 @@ def test_verification_catches_a_naive_conversion_and_names_where_it_starts(tmp_p
     first component that differs is where that GRU first acts (the decoder's state enters at step 1)."""
     name = "reverse_bahdanau"
     _write_source(name, "torch", tmp_path / "m.pt")
-    reference, _ = porting.read(torch_impl, tmp_path / "m.pt", porting.FORMATS["torch"], name, _overrides(name), "float32")
+    reference, _ = port_files.read(torch_impl, tmp_path / "m.pt", port_files.FORMATS["torch"], name, _overrides(name), "float32")
     candidate = tf_impl.build(name, "float32", **_overrides(name))
     tf_impl.set_weights(candidate, torch_impl.get_weights(reference))
     kernel = getattr(candidate, layer).cell.kernel

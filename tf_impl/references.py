@@ -209,7 +209,7 @@ def _nmt(path: str, w1_on_query: bool) -> NmtParts:
     checkpoint read into it through the object graph (tf_impl.checkpoints: Keras 2 and Keras 3 files alike)."""
     import tf_impl
     from shared import catalogue
-    from shared.porting import source_parts
+    from shared.port_files import source_parts
     from tf_impl import checkpoints
 
     source = source_parts(path) or path
