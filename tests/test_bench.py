@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from shared import bench, catalogue, cli
+from shared import bench, catalogue, cli, machine
 
 
 def test_the_default_profile_covers_the_reverse_task_and_the_attention_layer_in_both_stacks():
@@ -66,22 +66,22 @@ def test_time_calls_reports_first_call_as_compile_time_and_quartiles():
 
             time.sleep(0.05)
 
-    timing = bench.time_calls(fn, warmup=2, repeats=4, big_repeats=2)
+    timing = machine.time_calls(fn, warmup=2, repeats=4, big_repeats=2)
     assert len(calls) == 1 + 1 + 4 and timing["repeats"] == 4
     assert timing["compile_s"] > 0.04
     assert timing["q25_ms"] <= timing["median_ms"] <= timing["q75_ms"]
 
 
 def test_machine_slug_and_result_path():
-    assert bench.machine_slug("AMD EPYC 7R13 Processor", 2, None) == "cpu-amd-epyc-7r13-2c"
-    assert bench.machine_slug("x", 16, "NVIDIA H100 80GB HBM3") == "gpu-nvidia-h100-80gb-hbm3"
+    assert machine.machine_slug("AMD EPYC 7R13 Processor", 2, None) == "cpu-amd-epyc-7r13-2c"
+    assert machine.machine_slug("x", 16, "NVIDIA H100 80GB HBM3") == "gpu-nvidia-h100-80gb-hbm3"
     environment = {"machine": "cpu-x-2c", "stack": "tf", "device": "cpu", "threads": 2, "profile": "default"}
     assert bench.result_path("r", environment).as_posix() == "r/cpu-x-2c/tf-cpu-t2-default.json"
 
 
 def test_peak_rss_resets_and_reads():
-    bench.reset_peak_rss()
-    assert bench.peak_rss_mb() > 0
+    machine.reset_peak_rss()
+    assert machine.peak_rss_mb() > 0
 
 
 @pytest.mark.parametrize(

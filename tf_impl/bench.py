@@ -11,7 +11,7 @@ from __future__ import annotations
 import keras
 
 from shared import bench as shared_bench
-from shared import fixtures
+from shared import fixtures, machine
 from tf_impl import backends, contract
 from tf_impl.train import Trainer
 
@@ -47,19 +47,19 @@ def thread_settings() -> dict:
 
 def matmul_gflops(device: str) -> float:
     """The median float32 GFLOP/s of a square matmul (shared.bench.MATMUL_SIZE): this machine's peak."""
-    n = shared_bench.MATMUL_SIZE[device]
+    n = machine.MATMUL_SIZE[device]
     a = keras.random.normal((n, n), dtype="float32")
 
     def product() -> None:
         keras.ops.convert_to_numpy(keras.ops.matmul(a, a)[0, 0])  # one element back to the host: waits for the product
 
-    return shared_bench.matmul_rate(product, n)
+    return machine.matmul_rate(product, n)
 
 
 def reset_peak_memory(device: str) -> None:
     if device == "gpu":
         backends.reset_peak_gpu_memory()
-    shared_bench.reset_peak_rss()
+    machine.reset_peak_rss()
 
 
 def peak_memory_mb(device: str) -> float | None:
@@ -67,7 +67,7 @@ def peak_memory_mb(device: str) -> float | None:
     process's RSS on CPU (MiB)."""
     if device == "gpu":
         return backends.peak_gpu_memory_mb()
-    return shared_bench.peak_rss_mb()
+    return machine.peak_rss_mb()
 
 
 def build(name: str, impl: str, device: str = "cpu"):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from shared import bench as shared_bench
-from shared import fixtures
+from shared import fixtures, machine
 from torch_impl import contract
 from torch_impl.train import Trainer
 
@@ -44,7 +44,7 @@ def thread_settings() -> dict[str, int]:
 
 def matmul_gflops(device: str) -> float:
     """The median float32 GFLOP/s of a square matmul (shared.bench.MATMUL_SIZE): this machine's peak."""
-    n = shared_bench.MATMUL_SIZE[device]
+    n = machine.MATMUL_SIZE[device]
     a = torch.randn(n, n, device="cuda" if device == "gpu" else "cpu")
 
     def product() -> None:
@@ -52,20 +52,20 @@ def matmul_gflops(device: str) -> float:
         if device == "gpu":
             torch.cuda.synchronize()
 
-    return shared_bench.matmul_rate(product, n)
+    return machine.matmul_rate(product, n)
 
 
 def reset_peak_memory(device: str) -> None:
     if device == "gpu":
         torch.cuda.reset_peak_memory_stats()
-    shared_bench.reset_peak_rss()
+    machine.reset_peak_rss()
 
 
 def peak_memory_mb(device: str) -> float | None:
     """Peak bytes since the reset: torch's allocator on GPU, the process's RSS on CPU (MiB)."""
     if device == "gpu":
         return torch.cuda.max_memory_allocated() / 2**20
-    return shared_bench.peak_rss_mb()
+    return machine.peak_rss_mb()
 
 
 def build(name: str, impl: str, device: str = "cpu") -> torch.nn.Module:
