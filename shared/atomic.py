@@ -48,9 +48,7 @@ def sweep_stale(folder: str | os.PathLike) -> list[Path]:
         for entry in Path(folder).iterdir():
             found = _STAGED.match(entry.name)
             if found and int(found.group(1)) != os.getpid() and not _process_alive(int(found.group(1))):
-                shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() and not entry.is_symlink() else entry.unlink(
-                    missing_ok=True
-                )
+                _remove(entry)
                 removed.append(entry)
     return removed
 
@@ -88,7 +86,7 @@ def place(staged_path: Path, path: str | os.PathLike, replace: bool = True) -> N
     """Rename a staged file or folder to `path`, world-readable. Without `replace`, an atomic claim: if `path`
     appeared meanwhile (another process wrote it), ValueError and `path` is untouched."""
     path = Path(path)
-    os.chmod(staged_path, 0o755 if staged_path.is_dir() else 0o644)  # mkstemp/mkdtemp-like modes are private
+    os.chmod(staged_path, 0o755 if staged_path.is_dir() else 0o644)  # world-readable, whatever mode the writer left
     if path.is_dir() and not path.is_symlink():
         if not replace:
             raise ValueError(f"{path} exists: pass --force to replace it")
@@ -99,16 +97,20 @@ def place(staged_path: Path, path: str | os.PathLike, replace: bool = True) -> N
     try:
         os.link(staged_path, path) if staged_path.is_file() else os.rename(staged_path, path)
     except (FileExistsError, IsADirectoryError):
-        raise ValueError(f"{path} exists (written meanwhile by another process): pass --force to replace it") from None
+        raise _taken(path) from None
     except OSError as error:
         if error.errno == errno.ENOTEMPTY:  # a folder placed onto a non-empty one
-            raise ValueError(f"{path} exists (written meanwhile by another process): pass --force to replace it") from None
+            raise _taken(path) from None
         if error.errno not in (errno.EPERM, errno.ENOTSUP, errno.EXDEV):
             raise
         if path.exists():  # a filesystem without hard links: claimed by a check, then a rename
-            raise ValueError(f"{path} exists (written meanwhile by another process): pass --force to replace it") from None
+            raise _taken(path) from None
         os.replace(staged_path, path)
     staged_path.unlink(missing_ok=True)
+
+
+def _taken(path: Path) -> ValueError:
+    return ValueError(f"{path} exists (written meanwhile by another process): pass --force to replace it")
 
 
 def write_with(write: Callable[[Path], object], path: str | os.PathLike, replace: bool = True) -> None:

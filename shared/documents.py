@@ -7,7 +7,6 @@ benchmarked at. The models themselves are in shared.catalogue, each naming its d
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -101,14 +100,6 @@ def get(number: str) -> Document:
     if number not in DOCUMENTS:
         raise ValueError(f"unknown document {number!r}; known: {', '.join(DOCUMENTS)}")
     return DOCUMENTS[number]
-
-
-def training_defaults(number: str) -> dict:
-    """A document's batch size, epochs and TrainSpec, as `rosetta train` starts from them."""
-    training = get(number).training
-    if training is None:
-        raise ValueError(f"document {number} trains nothing")
-    return {"batch_size": training.batch_size, "epochs": training.epochs, "spec": dataclasses.replace(training.spec)}
 
 
 def with_reports() -> list[Document]:

@@ -43,10 +43,6 @@ def describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {first[:300]} (rerun with --debug for the trace)"
 
 
-def debugging(flag: bool = False) -> bool:
-    return flag or os.environ.get(DEBUG_VARIABLE) == "1"
-
-
 @contextlib.contextmanager
 def debug_environment(debug: bool) -> Iterator[None]:
     """With `debug`, DEBUG_VARIABLE set for the block (child processes inherit it), then as it was."""
@@ -67,7 +63,7 @@ def guarded(command: Callable[[], int], prog: str, debug: bool = False) -> int:
     try:
         return command()
     except Exception as error:
-        if debugging(debug):
+        if debug or os.environ.get(DEBUG_VARIABLE) == "1":
             raise
         print(f"{prog}: {describe(error)}", file=sys.stderr)
         return EXIT_FAILED

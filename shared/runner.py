@@ -42,7 +42,6 @@ CHECKPOINT, LOSS_LOG, EVAL_LOG, EVAL_FILE = "checkpoint.safetensors", "loss.json
 STACKS = stacks.STACKS  # import order: torch first
 
 
-# The documents' training setups (batch size, epochs, optimiser, clipping, teacher forcing), by document.
 class RunError(ValueError):
     """A run that cannot go on: diverged, or a folder that holds something else."""
 
@@ -53,9 +52,10 @@ class RunError(ValueError):
 def document_defaults(model: str) -> dict:
     """The document's batch size, epochs and TrainSpec for `model`."""
     document = catalogue.get(model).document
-    if documents.get(document).training is None:
+    training = documents.get(document).training
+    if training is None:
         raise ValueError(f"model {model!r} (document {document}) has no training data: document {document} trains nothing")
-    return documents.training_defaults(document)
+    return {"batch_size": training.batch_size, "epochs": training.epochs, "spec": training.spec}
 
 
 def create_run(run_dir, model: str, data_dir=None, overrides: dict | None = None, corpus_options: dict | None = None,
@@ -122,7 +122,7 @@ def train(run_dir, stack_name: str, force: bool = False, progress: bool = True, 
     _start_from_initial_weights(run_dir, stack, model, run)
     model, device = train_module.place(model)
     trainer = train_module.Trainer(model, run.model, run.spec)
-    start = _resume(stack, trainer, out) if resume else _Start()
+    start = _resume(stack, train_module, trainer, out) if resume else _Start()
     if not resume:
         for stale in (LOSS_LOG, EVAL_LOG, EVAL_FILE):
             (out / stale).unlink(missing_ok=True)
@@ -143,7 +143,7 @@ class _Start:
     epoch: int = 0
 
 
-def _resume(stack, trainer, out: Path) -> _Start:
+def _resume(stack, train_module, trainer, out: Path) -> _Start:
     """Load the stack's last checkpoint into `trainer` (weights, Adam's state, the dropout generators) and cut the
     logs back to it (a run killed while checkpointing may have logged further); where to start."""
     tensors, metadata = safetensors_io.load(out / CHECKPOINT)
@@ -152,7 +152,7 @@ def _resume(stack, trainer, out: Path) -> _Start:
         raise ValueError(f"{out / CHECKPOINT} holds no optimizer or generator state to resume from; train with --force")
     stack.set_weights(trainer.model, training.weights_without_optimizer(tensors))
     trainer.load_optimizer_state(state)
-    importlib.import_module(f"{stack.__name__}.train").load_rng_state(trainer.model, json.loads(metadata["rng"]))
+    train_module.load_rng_state(trainer.model, json.loads(metadata["rng"]))
     step, epoch = int(metadata["step"]), int(metadata["epoch"])
     _keep_json_lines(out / LOSS_LOG, lambda record: record["step"] <= step)
     _keep_json_lines(out / EVAL_LOG, lambda record: record["epoch"] < epoch)

@@ -25,12 +25,3 @@ def import_stack(stack: str) -> ModuleType:
 def import_module(stack: str, module: str) -> ModuleType:
     """One module of a stack's package, e.g. `import_module("tf", "train")` is tf_impl.train."""
     return importlib.import_module(f"{PACKAGES[check(stack)]}.{module}")
-
-
-def name_of(package: ModuleType) -> str:
-    """The stack a contract package (or one of its modules) belongs to: "torch" or "tf"."""
-    root = package.__name__.split(".")[0]
-    for stack, name in PACKAGES.items():
-        if name == root:
-            return stack
-    raise ValueError(f"{package.__name__} is not a stack's package ({', '.join(PACKAGES.values())})")

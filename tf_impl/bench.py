@@ -28,9 +28,10 @@ def configure(threads: int) -> str:
     TF_NUM_INTRAOP_THREADS and XLA_FLAGS before importing them, and `thread_settings` records what holds.
     """
     backends.set_threads(threads)
-    if backends.gpu_name():
-        backends.full_precision_matmuls()
-    return "gpu" if backends.gpu_name() else "cpu"
+    if backends.gpu_name() is None:
+        return "cpu"
+    backends.full_precision_matmuls()
+    return "gpu"
 
 
 def gpu_name() -> str | None:

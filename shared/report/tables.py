@@ -282,8 +282,8 @@ def speed_table(rows, task: str):
     frame["torch/TF"] = best["torch"] / best["tf"]
     as_written = _group_min(frame, [*SETTING, "stack", "mode"], frame["impl"] == "as_written")
     frame["ours/as-written"] = np.where(frame["impl"] == "ours", as_written / median, np.nan)
-    frame["_backend"] = frame["mode"].str.rpartition("-")[0]  # Keras's backend named in the mode ("jax-xla"), else ""
-    eager = frame["mode"].str.rpartition("-")[2] == "eager"
+    backend_and_mode = frame["mode"].str.rpartition("-")  # Keras's backend named in the mode ("jax-xla"), else ""
+    frame["_backend"], eager = backend_and_mode[0], backend_and_mode[2] == "eager"
     frame["mode/eager"] = _group_min(frame, [*SETTING, "stack", "_backend", "impl"], eager) / median  # same backend
     frame["% matmul peak"] = 100 * frame["gflop"] / (frame["median_ms"] / 1000) / frame["matmul_gflops"]
     frame["sizes"] = [f"{b}x{s}x{t}" for b, s, t in zip(frame["batch"], frame["src_len"], frame["tgt_len"], strict=True)]
