@@ -29,8 +29,7 @@ from shared import catalogue, documents, stacks
 from shared.atomic import write_atomic
 from shared.fixtures import synthetic_batch
 from shared.machine import cpu_model, git_commit, machine_slug, thread_environment, time_calls
-from shared.specs import Sizes
-from shared.training import TrainSpec
+from shared.specs import Sizes, TrainSpec
 
 SCHEMA = 1
 # Keras's modes on each Keras 3 backend: JAX's compiled step is XLA itself (jit); Keras's torch backend runs eagerly

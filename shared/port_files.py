@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from shared import atomic, catalogue, layouts, safetensors_io, stacks, training
+from shared import atomic, catalogue, layouts, optimizer_state, safetensors_io, stacks
 from shared.layouts import KeyMap
 
 
@@ -164,10 +164,10 @@ def _read_keyed(path: Path, fmt: Format, with_optimizer: bool) -> tuple[dict, di
     if fmt.name == "torch":
         return importlib.import_module("torch_impl.train").read_arrays(path, with_optimizer)
     tensors, metadata = safetensors_io.load(path)
-    weights = training.weights_without_optimizer(tensors)
+    weights = optimizer_state.weights_without_optimizer(tensors)
     if not with_optimizer:
         return weights, None
-    state = training.optimizer_from_tensors(tensors, metadata)
+    state = optimizer_state.optimizer_from_tensors(tensors, metadata)
     if state is None:
         raise ValueError(f"{path}: holds no optimizer state (exp_avg/<key>, exp_avg_sq/<key>, optimizer_step)")
     return weights, state
@@ -177,7 +177,7 @@ def _map_state(state: dict | None, mapping) -> dict | None:
     """Adam's moments through the same key map as the weights (they are weight-shaped; every transform is linear)."""
     if state is None:
         return None
-    return {**state, **{moment: mapping(state[moment]) for moment in training.MOMENTS}}
+    return {**state, **{moment: mapping(state[moment]) for moment in optimizer_state.MOMENTS}}
 
 
 def read(stack, path, fmt: Format, name: str, config: dict, dtype: str, with_optimizer: bool = False):
@@ -212,7 +212,7 @@ def write_endpoint(end: Endpoint, path: Path, stack, name: str, config: dict, dt
     elif end.format.name == "safetensors":
         metadata = {"model": name, "document": catalogue.get(name).document, "written_by": "rosetta port"}
         if file_state is not None:
-            moments, optimizer_metadata = training.optimizer_tensors(file_state)
+            moments, optimizer_metadata = optimizer_state.optimizer_tensors(file_state)
             file_weights, metadata = {**file_weights, **moments}, {**metadata, **optimizer_metadata}
         safetensors_io.save(path, file_weights, metadata)
     else:

@@ -25,7 +25,7 @@ import json
 
 import numpy as np
 
-from shared import atomic, catalogue, references, training
+from shared import atomic, catalogue, optimizer_state, references
 from shared.conversion import convert, verify  # your own model: the public converter (shared/conversion.py)
 from shared.fixtures import synthetic_batch
 from shared.layouts import KeyMap
@@ -189,7 +189,7 @@ def _checks(models: Models, dtype: str, found: Read, back: Read, inputs) -> list
         check.measured, check.measured_dtype = {component.name: component for component in measured}, dtype
     checks = [check]
     if found.state is not None:
-        moments = compare_optimizer_states(found.state, back.state, training.MOMENTS)
+        moments = compare_optimizer_states(found.state, back.state, optimizer_state.MOMENTS)
         checks.append(Check("Adam's state: source vs read back", "exact", "0", moments))
     return checks
 

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from shared import atomic, catalogue, corpora, data, documents, failures, safetensors_io, stacks, training
+from shared import atomic, catalogue, corpora, data, documents, failures, optimizer_state, safetensors_io, stacks
 from shared import teacher_forcing as schedules
 from shared.atomic import write_atomic
 from shared.evaluation import encode_sentence, evaluate, rerun_greedy
@@ -147,10 +147,10 @@ def _resume(stack, train_module, trainer, out: Path) -> _Start:
     """Load the stack's last checkpoint into `trainer` (weights, Adam's state, the dropout generators) and cut the
     logs back to it (a run killed while checkpointing may have logged further); where to start."""
     tensors, metadata = safetensors_io.load(out / CHECKPOINT)
-    state = training.optimizer_from_tensors(tensors, metadata)
+    state = optimizer_state.optimizer_from_tensors(tensors, metadata)
     if state is None or "rng" not in metadata:
         raise ValueError(f"{out / CHECKPOINT} holds no optimizer or generator state to resume from; train with --force")
-    stack.set_weights(trainer.model, training.weights_without_optimizer(tensors))
+    stack.set_weights(trainer.model, optimizer_state.weights_without_optimizer(tensors))
     trainer.load_optimizer_state(state)
     train_module.load_rng_state(trainer.model, json.loads(metadata["rng"]))
     step, epoch = int(metadata["step"]), int(metadata["epoch"])
@@ -321,7 +321,7 @@ def _checkpoint(stack, trainer, run: RunConfig, corpus: corpora.Corpus, out: Pat
     needed = 2 * 3 * sum(array.nbytes for array in weights.values())  # two files, each the weights and two moments
     atomic.check_free_space(out, needed, "the checkpoint")
     trainer.save_checkpoint(out / f"checkpoint{train_module.NATIVE_SUFFIX}", state)
-    moments, optimizer_metadata = training.optimizer_tensors(state)
+    moments, optimizer_metadata = optimizer_state.optimizer_tensors(state)
     metadata = {
         "model": run.model,
         "stack": stack.__name__,
@@ -357,7 +357,7 @@ def load_trained(run_dir, stack_name: str):
     if metadata.get("model") != run.model or json.loads(metadata.get("config", "null")) != run.config:
         raise ValueError(f"{path} holds model {metadata.get('model')!r} with another config than {run_dir / RUN_FILE}")
     model = stack.build(run.model, run.dtype, **run.config)
-    stack.set_weights(model, training.weights_without_optimizer(weights))
+    stack.set_weights(model, optimizer_state.weights_without_optimizer(weights))
     return stack, model, run, corpus
 
 

@@ -1,4 +1,4 @@
-"""The training spec both stacks follow, step for step, and the batches they are fed.
+"""Training equality: both stacks trained step for step on the fixtures under one spec, and their curves compared.
 
 Adam with PyTorch's update rule (`torch.optim.Adam`: bias-corrected moments, epsilon added to
 sqrt(v_hat)), gradient clipping by the global norm with `torch.nn.utils.clip_grad_norm_` semantics
@@ -21,12 +21,6 @@ from shared import teacher_forcing as schedules
 from shared.specs import TrainSpec
 
 
-def check_torch_rule(spec: TrainSpec) -> None:
-    """The torch stack has only PyTorch's own rule; the Keras-only options exist to show their drift."""
-    if spec.optimizer != "torch_adam" or spec.clipping != "global":
-        raise ValueError(f"torch trains with torch_adam and global clipping only, got {spec.optimizer}/{spec.clipping}")
-
-
 def fixture_batches(name: str, steps: int, seed: int = 0) -> Iterator[dict[str, np.ndarray]]:
     """`steps` batches shaped like the model's fixture batch, each drawn from its own seeded generator."""
     spec = catalogue.get(name)
@@ -40,53 +34,6 @@ def step_schedules(name: str, spec: TrainSpec, batches: list[dict]) -> list[np.n
         return [None] * len(batches)
     rng = np.random.default_rng([spec.seed, 1])
     return [schedules.draw(spec.teacher_force_ratio, batch["tgt_in"].shape[1] - 1, rng) for batch in batches]
-
-
-MOMENTS = ("exp_avg", "exp_avg_sq")  # Adam's per-weight state (torch's names), ported by the weights' leaf rules
-
-
-def check_optimizer_state(state) -> int:
-    """The step counter of a canonical optimizer state `{"step", "exp_avg", "exp_avg_sq"}`; ValueError if malformed."""
-    missing = [key for key in ("step", *MOMENTS) if key not in state]
-    if missing:
-        raise ValueError(f"optimizer state lacks {', '.join(missing)}")
-    step = state["step"]
-    if isinstance(step, bool) or not float(step).is_integer() or int(step) < 0:
-        raise ValueError(f"optimizer state step must be a non-negative integer, got {step!r}")
-    return int(step)
-
-
-OPTIMIZER_PREFIXES = tuple(f"{moment}/" for moment in MOMENTS)
-
-
-def optimizer_tensors(state) -> tuple[dict[str, np.ndarray], dict[str, str]]:
-    """A canonical optimizer state as safetensors entries: `exp_avg/<key>`, `exp_avg_sq/<key>`, and the
-    step counter and hyperparameters (those known) as metadata."""
-    tensors = {f"{moment}/{key}": value for moment in MOMENTS for key, value in state[moment].items()}
-    metadata = {"optimizer": "adam", "optimizer_step": str(check_optimizer_state(state))}
-    for key in ("lr", "eps"):
-        if state.get(key) is not None:
-            metadata[f"optimizer_{key}"] = repr(float(state[key]))
-    if state.get("betas") is not None:
-        metadata["optimizer_betas"] = ",".join(repr(float(beta)) for beta in state["betas"])
-    return tensors, metadata
-
-
-def optimizer_from_tensors(tensors, metadata) -> dict | None:
-    """The canonical optimizer state `optimizer_tensors` wrote (None when the file holds none)."""
-    if "optimizer_step" not in metadata:
-        return None
-    state = {moment: {key.removeprefix(f"{moment}/"): value for key, value in tensors.items() if key.startswith(f"{moment}/")}
-             for moment in MOMENTS}  # fmt: skip
-    hyper = {key: float(metadata[f"optimizer_{key}"]) if f"optimizer_{key}" in metadata else None for key in ("lr", "eps")}
-    betas = metadata.get("optimizer_betas")
-    betas = None if betas is None else tuple(float(beta) for beta in betas.split(","))
-    return {"step": int(metadata["optimizer_step"]), **state, **hyper, "betas": betas}
-
-
-def weights_without_optimizer(tensors) -> dict:
-    """A canonical file's weights: its entries but Adam's moments."""
-    return {key: value for key, value in tensors.items() if not key.startswith(OPTIMIZER_PREFIXES)}
 
 
 # The spec of the training-equality tests: the documents' Adam (lr 1e-3), a clip that engages on the

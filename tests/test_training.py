@@ -19,13 +19,13 @@ import tf_impl
 import torch_impl
 from shared import catalogue, documents, fixtures, runner, safetensors_io
 from shared.equality import assert_close
+from shared.optimizer_state import weights_without_optimizer
 from shared.training import (
     EQUALITY_SPEC,
     compare_training,
     continue_in,
     fixture_trainer,
     train_fixture,
-    weights_without_optimizer,
 )
 from tests.conftest import MAXIMA
 

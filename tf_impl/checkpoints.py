@@ -54,7 +54,7 @@ from tensorflow.core.protobuf import trackable_object_graph_pb2
 
 from shared import atomic
 from shared.canonical import RULES, join_key
-from shared.training import MOMENTS, check_optimizer_state
+from shared.optimizer_state import MOMENTS, check_optimizer_state
 from tf_impl.train import NATIVE_SUFFIX, _weights_owner, load_adam_state, load_native
 from tf_impl.weights import get_grads, leaves
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from shared.training import TrainSpec
+from shared.specs import TrainSpec
 
 
 class TorchClipping:

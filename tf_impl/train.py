@@ -16,7 +16,8 @@ import keras
 import numpy as np
 
 from shared import atomic, catalogue
-from shared.training import MOMENTS, TrainSpec, check_optimizer_state
+from shared.optimizer_state import MOMENTS, check_optimizer_state
+from shared.specs import TrainSpec
 from shared.validation import prepare
 from tf_impl import backends, fitting
 from tf_impl.optim import TorchAdam, make_optimizer

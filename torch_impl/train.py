@@ -17,13 +17,20 @@ import torch
 from shared import catalogue
 from shared.atomic import write_atomic
 from shared.canonical import check_weights
-from shared.training import MOMENTS, TrainSpec, check_optimizer_state, check_torch_rule
+from shared.optimizer_state import MOMENTS, check_optimizer_state
+from shared.specs import TrainSpec
 from shared.validation import prepare
 from torch_impl.contract import as_tensors, model_outputs, training_loss
 from torch_impl.weights import get_weights
 
 NATIVE_SUFFIX = ".pt"
 MODES = ("eager", "compile")  # compile: torch.compile over the forward and the loss (backward through AOTAutograd)
+
+
+def _check_torch_rule(spec: TrainSpec) -> None:
+    """The torch stack has only PyTorch's own rule; the Keras-only options exist to show their drift."""
+    if spec.optimizer != "torch_adam" or spec.clipping != "global":
+        raise ValueError(f"torch trains with torch_adam and global clipping only, got {spec.optimizer}/{spec.clipping}")
 
 
 class Trainer:
@@ -38,7 +45,7 @@ class Trainer:
     """
 
     def __init__(self, model: torch.nn.Module, name: str, spec: TrainSpec, loss=None, mode: str = "eager"):
-        check_torch_rule(spec)
+        _check_torch_rule(spec)
         if mode not in MODES:
             raise ValueError(f"torch trains in mode {' or '.join(MODES)}, got {mode!r}")
         self.model, self.name, self.spec, self.mode = model, name, spec, mode
