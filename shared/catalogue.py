@@ -43,7 +43,7 @@ class ModelSpec:
     """One catalogue entry.
 
     Args:
-        module, factory: `torch_impl.<module>.<factory>` and `tf_impl.<module>.<factory>` build it.
+        module, factory: `torch_impl.models.<module>.<factory>` and `tf_impl.models.<module>.<factory>` build it.
         interface: "seq2seq" (token batches: src, tgt_in, tgt_out -> logits, attention) or
             "attention" (vector batches: query, values -> context, attention).
         config: constructor arguments at the document's own sizes.
@@ -56,7 +56,7 @@ class ModelSpec:
         zero_gradient_weights: weights whose gradient is zero in exact arithmetic (a bias added to every
             attention score alike: the softmax cancels it). In float32 each stack's rounding noise is
             their whole gradient, and Adam turns noise into steps of about `lr`, so after training these
-            agree only in float64; float32 compares them to `lr * steps` (see shared.training). A model
+            agree only in float64; float32 compares them to `lr * steps` (see shared.verify.training). A model
             built without one (an option that drops the bias) has none: `zero_gradient_keys` skips it.
         weight_sizes: every config key that is a weight dimension -> (canonical weight key, axis) where
             that size can be read in the canonical weights (`sizes_from_weights`); every int config key

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from shared import catalogue, documents, failures
-from shared.atomic import replace_block, write_atomic
+from shared.io.atomic import replace_block, write_atomic
 from shared.stacks import STACKS, import_stack
 
 
@@ -49,7 +49,7 @@ def _models(args) -> int:
 def _fixtures(args) -> int:
     import torch  # noqa: F401  (imported before tensorflow, as everywhere in the suite)
 
-    from shared import fixtures
+    from shared.verify import fixtures
 
     torch.set_num_threads(1)  # one thread: float64 sums in one fixed order
     stack = import_stack("torch")
@@ -63,7 +63,7 @@ def _fixtures(args) -> int:
 def _equality(args) -> int:
     import torch  # noqa: F401  (torch before tensorflow in one process)
 
-    from shared import measurement
+    from shared.verify import measurement
 
     measurement.use_backend(args.backend)
     measured = measurement.measure(args.models or catalogue.built(), with_training=args.training)
@@ -98,7 +98,8 @@ def _key_values(pairs: list[str], what: str) -> dict:
 def _train(args) -> int:
     from dataclasses import replace
 
-    from shared import data, runner
+    from shared import data
+    from shared.train import runner
 
     if args.skip_without_data and _no_data(args):
         print(f"rosetta: {args.model} skipped: no data folder (--data-dir or {data.ENV_VAR})")
@@ -125,14 +126,15 @@ def _train(args) -> int:
         run = runner.create_run(run_dir, args.model, args.data_dir, sizes, options, spec=spec, dtype=args.dtype, **settings)
     stacks = list(STACKS) if args.stack == "both" else [args.stack]
     if args.prepare:
-        print(f"prepared {run_dir}: train it with `python -m shared.runner {run_dir} STACK` (no data folder or spaCy needed)")
+        train_command = f"python -m shared.train.runner {run_dir} STACK"
+        print(f"prepared {run_dir}: train it with `{train_command}` (no data folder or spaCy needed)")
         return 0
     print(
         f"run {run_dir}: {run.model} on {run.dataset}, {run.epochs} epochs of batch {run.batch_size}, stacks {', '.join(stacks)}"
     )
     if len(stacks) > 1:  # one stack per process, torch first: it writes the initial weights both start from
         for stack in stacks:
-            code = subprocess.call([sys.executable, "-m", "shared.runner", *_child_argv(args, stack)])
+            code = subprocess.call([sys.executable, "-m", "shared.train.runner", *_child_argv(args, stack)])
             if code:
                 return code
         return 0
@@ -149,14 +151,14 @@ def _no_data(args) -> bool:
 
 
 def _child_argv(args, stack: str) -> list[str]:
-    """`python -m shared.runner RUN_DIR STACK`: run.json already holds every setting."""
+    """`python -m shared.train.runner RUN_DIR STACK`: run.json already holds every setting."""
     run_dir = str(args.run_dir or f"runs/{args.model}")
     flags = {"--force": args.force, "--resume": args.resume, "--quiet": args.quiet}
     return [run_dir, stack, *(flag for flag, given in flags.items() if given)]
 
 
 def _evaluate(args) -> int:
-    from shared import evaluation, runner
+    from shared.train import evaluation, runner
 
     stack, model, run, corpus = runner.load_trained(args.run_dir, args.stack)
     result = evaluation.evaluate(stack, model, run, corpus, args.split, limit=args.batches)
@@ -165,7 +167,7 @@ def _evaluate(args) -> int:
 
 
 def _translate(args) -> int:
-    from shared import runner
+    from shared.train import runner
 
     result = runner.translate(args.run_dir, args.stack, args.sentence, heatmap=args.heatmap)
     print(" ".join(result["output"]))
@@ -175,7 +177,8 @@ def _translate(args) -> int:
 
 
 def _reproduction(args) -> int:
-    from shared import reproduction, runner
+    from shared.tools import reproduction
+    from shared.train import runner
 
     for run_dir in args.runs:
         for stack in STACKS:
@@ -241,7 +244,7 @@ def _add_train(commands) -> None:
 
 
 def _bench(args) -> int:
-    from shared import bench
+    from shared.tools import bench
 
     stacks = list(STACKS) if args.stack == "both" else [args.stack]
     threads = [int(n) for n in args.threads.split(",")] if args.threads else None
@@ -253,7 +256,7 @@ def _bench(args) -> int:
 
 
 def _report(args) -> int:
-    from shared import report
+    from shared.tools import report
 
     written = report.write_report(
         args.results, args.output, equality_path=args.equality, training_dir=args.training, backend_paths=args.backends
@@ -268,7 +271,7 @@ def _report(args) -> int:
 
 
 def _port(args) -> int:
-    from shared import porting
+    from shared.port import porting
 
     if args.torch_model or args.keras_model:
         return _port_own(args)
@@ -281,7 +284,7 @@ def _port(args) -> int:
 
 
 def _port_own(args) -> int:
-    from shared import own_models
+    from shared.port import own_models
 
     ignored = [flag for flag, value in (("--model", args.model), ("--reference", args.reference), ("--set", args.set),
                ("--dtype", args.dtype), ("--with-optimizer", args.with_optimizer)) if value]  # fmt: skip
@@ -295,8 +298,8 @@ def _port_own(args) -> int:
 
 
 def _add_port(commands) -> None:
-    from shared.layouts import describe_presets
-    from shared.port_files import FORMATS
+    from shared.port.layouts import describe_presets
+    from shared.port.port_files import FORMATS
 
     formats = ", ".join(FORMATS)
     port = commands.add_parser(
@@ -314,7 +317,7 @@ def _add_port(commands) -> None:
     port.add_argument("--model", help="catalogue name (rosetta models); a preset names its own")
     port.add_argument("--from", dest="source_format", metavar="FORMAT|PRESET", help="the source's format or layout preset")
     port.add_argument("--to", metavar="FORMAT|PRESET", help="the destination's format or layout preset, whatever its name")
-    port.add_argument("--key-map", help="a JSON key map for the source's own layout (see shared/layouts.py)")
+    port.add_argument("--key-map", help="a JSON key map for the source's own layout (see shared/port/layouts.py)")
     port.add_argument("--reference", metavar="MODULE:CALLABLE", help="your model: CALLABLE(path) returns it loaded, "
                       "or a function batch -> logits; the port is verified against it")  # fmt: skip
     port.add_argument("--torch-model", metavar="MODULE:FACTORY", help="your own torch model: FACTORY() returns it "
@@ -330,7 +333,7 @@ def _add_port(commands) -> None:
 
 
 def _add_bench_and_report(commands) -> None:
-    from shared.bench import PROFILES
+    from shared.tools.bench import PROFILES
 
     bench = commands.add_parser("bench", help="time every model's train step and greedy decoding in each stack and mode")
     bench.add_argument("--profile", choices=list(PROFILES), default="default", help="default: reverse task; full: all")

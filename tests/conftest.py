@@ -101,7 +101,7 @@ MAXIMA: dict[tuple[str, str], dict[str, float]] = {}  # (model, dtype) -> max |t
 
 
 def pytest_terminal_summary(terminalreporter):
-    from shared.equality import maxima_table
+    from shared.verify.equality import maxima_table
 
     if MAXIMA:
         terminalreporter.section("measured maxima of |torch - tf| (equality policy of docs/DESIGN.md)")

@@ -1,4 +1,4 @@
-"""`fit` as a Keras user writes it, on the fixture batches of shared.training: for tests/test_fit.py (TensorFlow)
+"""`fit` as a Keras user writes it, on the fixture batches of shared.verify.training: for tests/test_fit.py (TensorFlow)
 and tests/test_backends.py (JAX, torch). No TensorFlow import: Keras's other backends run it too."""
 
 from __future__ import annotations
@@ -7,10 +7,11 @@ import keras
 import numpy as np
 
 import tf_impl
-from shared import catalogue, fixtures, training
-from shared.training import EQUALITY_SPEC
+from shared import catalogue
+from shared.verify import fixtures, training
+from shared.verify.training import EQUALITY_SPEC
 from tf_impl import fitting
-from tf_impl.optim import TorchAdam
+from tf_impl.keras_compat.optim import TorchAdam
 
 
 class StepLosses(keras.callbacks.Callback):
@@ -43,7 +44,7 @@ def fixture_model(name: str, dtype: str):
 
 
 def fixture_arrays(name: str, steps: int) -> tuple[dict, np.ndarray, int]:
-    """The fixture batches of shared.training, joined into the arrays a Keras user hands `fit` (each step's
+    """The fixture batches of shared.verify.training, joined into the arrays a Keras user hands `fit` (each step's
     teacher-forcing schedule repeated on its rows), the targets, and the batch size that splits them back."""
     batches = list(training.fixture_batches(name, steps))
     schedules = training.step_schedules(name, EQUALITY_SPEC, batches)

@@ -16,10 +16,10 @@ import pytest
 
 import tf_impl
 import torch_impl
-from shared import training
-from shared.training import EQUALITY_SPEC
+from shared.verify import training
+from shared.verify.training import EQUALITY_SPEC
 from tests import keras_fit
-from tf_impl import backends
+from tf_impl.keras_compat import backends
 
 BACKEND = backends.name()
 

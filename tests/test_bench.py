@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from shared import bench, catalogue, cli, machine
+from shared import catalogue, cli
+from shared.tools import bench, machine
 
 
 def test_the_default_profile_covers_the_reverse_task_and_the_attention_layer_in_both_stacks():

@@ -13,8 +13,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from shared import catalogue, fixtures
-from shared.equality import assert_close, assert_tokens_equal
+from shared import catalogue
+from shared.verify import fixtures
+from shared.verify.equality import assert_close, assert_tokens_equal
 from tests.conftest import MAXIMA, STACK_MODULES, STACKS
 
 BOTH = pytest.mark.skipif(len(STACKS) < 2, reason="compares the two stacks: needs ROSETTA_STACKS=torch,tf")
@@ -184,7 +185,7 @@ def test_w1_on_query_scores_the_first_step_as_the_2021_tutorial(stack):
 @pytest.mark.parametrize("w1_on_query", [False, True])
 def test_bahdanau_attention_input_sizes_follow_the_revision(stack, w1_on_query):
     """torch's layer takes its input sizes: W1 reads the values (2020) or the query (2021), W2 the other."""
-    module = __import__(f"{stack.__name__}.tf_tutorial", fromlist=["BahdanauAttention"])
+    module = __import__(f"{stack.__name__}.models.tf_tutorial", fromlist=["BahdanauAttention"])
     query, values = np.random.default_rng(0).normal(size=(2, 3)), np.random.default_rng(1).normal(size=(2, 5, 4))
     if stack.__name__ == "torch_impl":
         import torch

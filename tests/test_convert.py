@@ -1,4 +1,4 @@
-"""Port your own model (shared.conversion, `rosetta port --torch-model/--keras-model`): a zoo of user-like
+"""Port your own model (shared.port.conversion, `rosetta port --torch-model/--keras-model`): a zoo of user-like
 models (tests/zoo), each ported both ways and verified in float64 and float32, the strict errors, and the
 negative controls of the traps the leaf rules guard."""
 
@@ -15,9 +15,9 @@ import torch
 
 import tf_impl.conversion as keras_side
 import torch_impl.conversion as torch_side
-from shared.canonical import RULES, LeafRule, recurrent_rule
 from shared.cli import main as rosetta
-from shared.conversion import convert, verify
+from shared.core.canonical import RULES, LeafRule, recurrent_rule
+from shared.port.conversion import convert, verify
 from tests.zoo import keras_models, torch_models
 from tests.zoo.torch_models import HIDDEN, VOCAB
 
@@ -76,7 +76,8 @@ def test_a_sequential_pairs_by_order_and_names_every_pair():
 def test_our_mirrored_twins_pair_by_name_and_convert_as_set_weights_does():
     import tf_impl
     import torch_impl
-    from shared import catalogue, fixtures
+    from shared import catalogue
+    from shared.verify import fixtures
 
     name = "luong_general"
     config = dict(catalogue.get(name).fixture_config)
@@ -139,7 +140,7 @@ def _sgd_step(model, inputs, lr: float = 0.5) -> None:
 
 def _two_bias_tagger():
     """The tagger with our two-bias Keras cells, as the summed-bias note advises."""
-    from tf_impl.layers import TorchLSTMCell
+    from tf_impl.keras_compat.layers import TorchLSTMCell
 
     def bidirectional():
         return keras.layers.Bidirectional(keras.layers.RNN(TorchLSTMCell(HIDDEN), return_sequences=True))

@@ -13,9 +13,10 @@ import torch
 
 import tf_impl
 import torch_impl
-from shared import catalogue, fixtures
-from shared.canonical import RULES, LeafRule, recurrent_rule
-from shared.equality import assert_close, compare_stacks
+from shared import catalogue
+from shared.core.canonical import RULES, LeafRule, recurrent_rule
+from shared.verify import fixtures
+from shared.verify.equality import assert_close, compare_stacks
 from tests.bad_inputs import bad_batches
 from tests.conftest import MAXIMA
 
@@ -196,7 +197,7 @@ def _keras_lstm_step(layer, inputs, direction, lr):
 def test_lstm_bias_policy_keeps_training_equal_and_the_summed_bias_is_caught():
     """Our two-bias Keras LSTM follows torch through an SGD step; the usual summed bias (stock Keras LSTM)
     gives the same forward pass but drifts after one step (torch moves b_ih + b_hh twice as far)."""
-    from tf_impl.layers import TorchLSTM
+    from tf_impl.keras_compat.layers import TorchLSTM
     from tf_impl.weights import leaf
 
     rng = np.random.default_rng(7)

@@ -1,4 +1,4 @@
-"""shared.data and shared.vocab: the reverse task, Multi30k, spa-eng, batches, and the saved corpus.
+"""shared.data and shared.data.vocab: the reverse task, Multi30k, spa-eng, batches, and the saved corpus.
 
 Needs numpy (and spaCy for Multi30k); no torch, no TensorFlow. The data folder is $ROSETTA_DATA_DIR, else
 ../shared/data beside the repository; tests that need it skip, naming the path, where it is absent.
@@ -17,8 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shared import catalogue, corpora, data, documents, readers
-from shared.vocab import Vocab, build_keras_vocab, build_vocab
+from shared import catalogue, data, documents
+from shared.data import corpora, readers
+from shared.data.vocab import Vocab, build_keras_vocab, build_vocab
 
 REPO = Path(__file__).resolve().parents[1]
 DATA_DIR = Path(os.environ.get(data.ENV_VAR) or REPO.parent / "shared" / "data")

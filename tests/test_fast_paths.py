@@ -3,7 +3,7 @@
 Per stack: every model built twice from the golden weights, `as_written=True` and ours, compared in
 float64 on outputs, loss and gradients, with the golden teacher-forcing schedule (the loop path) and
 without one (ours then runs the output layer once, and Luong's decoder over the whole target).
-The golden files themselves are computed as written (shared/fixtures.py), so test_stack's golden
+The golden files themselves are computed as written (shared/verify/fixtures.py), so test_stack's golden
 comparison holds ours to the torch listing too. Negative controls: a wrong column block of a split
 Linear, and a score without its bias, are caught.
 """
@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import pytest
 
-from shared import catalogue, fixtures
-from shared.equality import assert_all_close, assert_close, grad_bounds, output_bounds
+from shared import catalogue
+from shared.verify import fixtures
+from shared.verify.equality import assert_all_close, assert_close, grad_bounds, output_bounds
 
 MODELS = catalogue.built()
 SCHEDULES = ["golden schedule", "teacher forcing"]
@@ -87,7 +88,7 @@ def _keys_without_bias(stack):
 def test_negative_control_a_wrong_hoist_is_caught(stack, monkeypatch, name, module, cls, naive):
     import importlib
 
-    target = getattr(importlib.import_module(f"{stack.__name__}.{module}"), cls)
+    target = getattr(importlib.import_module(f"{stack.__name__}.models.{module}"), cls)
     monkeypatch.setattr(target, "keys", naive(stack))
     with pytest.raises(AssertionError, match="exceeds"):
         _compare(stack, name, "teacher forcing")

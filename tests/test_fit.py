@@ -18,13 +18,16 @@ import torch
 
 import tf_impl
 import torch_impl
-from shared import bench, catalogue, fixtures, training
-from shared.equality import assert_close
-from shared.porting import port
-from shared.training import EQUALITY_SPEC
+from shared import catalogue
+from shared.port.porting import port
+from shared.tools import bench
+from shared.verify import fixtures, training
+from shared.verify.equality import assert_close
+from shared.verify.training import EQUALITY_SPEC
 from tests import keras_fit
-from tf_impl import fitting, optim
-from tf_impl.optim import KerasAdam, TorchAdam
+from tf_impl import fitting
+from tf_impl.keras_compat import optim
+from tf_impl.keras_compat.optim import KerasAdam, TorchAdam
 from tf_impl.train import Trainer
 
 FIT_STEPS = training.EQUALITY_STEPS

@@ -39,7 +39,7 @@ def import_graph(root: Path) -> dict[str, set[str]]:
     for package in ("torch_impl", "tf_impl"):  # contract.build imports each catalogue module by name
         contract = f"{package}.contract"
         if contract in graph:
-            graph[contract] |= {f"{package}.{spec.module}" for spec in catalogue.CATALOGUE.values()} & set(graph)
+            graph[contract] |= {f"{package}.models.{spec.module}" for spec in catalogue.CATALOGUE.values()} & set(graph)
     return graph
 
 

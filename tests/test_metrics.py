@@ -1,4 +1,4 @@
-"""shared.metrics and shared.plots: known values, the BLEU cross-check, bad inputs, deterministic atomic PNGs.
+"""shared.train.metrics and shared.train.plots: known values, the BLEU cross-check, bad inputs, deterministic atomic PNGs.
 
 Needs numpy, sacrebleu (BLEU tests) and matplotlib (heatmap tests) only; no framework.
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shared import metrics
+from shared.train import metrics
 
 PAD, SOS, EOS = 0, 1, 2
 
@@ -226,7 +226,7 @@ def _png_size(blob: bytes) -> tuple[int, int]:
 @pytest.fixture
 def plots():
     pytest.importorskip("matplotlib")
-    from shared import plots
+    from shared.train import plots
 
     return plots
 
@@ -253,7 +253,7 @@ def test_side_by_side_heatmaps_write_a_wider_png(plots, tmp_path):
 def test_heatmap_leaves_pyplot_unimported(tmp_path):
     pytest.importorskip("matplotlib")
     code = (
-        "import sys, numpy as np; from shared import plots; "
+        "import sys, numpy as np; from shared.train import plots; "
         f"plots.attention_heatmap(np.eye(2), ['a', 'b'], ['c', 'd'], {str(tmp_path / 'eye.png')!r}); "
         "sys.exit('pyplot imported' if 'matplotlib.pyplot' in sys.modules else 0)"
     )
@@ -301,7 +301,7 @@ def test_failed_render_or_write_leaves_no_file(plots, tmp_path, monkeypatch):
         with pytest.raises(RuntimeError, match="render failed"):
             plots.attention_heatmap(_attention(), SOURCE, OUTPUT, target)
     with monkeypatch.context() as patch:
-        patch.setattr("shared.atomic.os.replace", broken)
+        patch.setattr("shared.io.atomic.os.replace", broken)
         with pytest.raises(RuntimeError, match="render failed"):
             plots.attention_heatmap(_attention(), SOURCE, OUTPUT, target)
     assert not any(tmp_path.iterdir())

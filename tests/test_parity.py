@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-# Keras cells keeping torch's two biases, torch's Adam rule and clipping, the `.keras` config, TensorFlow checkpoints,
-# Keras's `fit` on the models: torch needs no counterpart; references.py holds each stack's own tutorials (Trevett's
-# notebook in torch, TensorFlow's NMT tutorial in Keras), the models users bring, which mirror nothing
-STACK_SPECIFIC = {"tf_impl/layers.py", "tf_impl/optim.py", "tf_impl/serializable.py", "tf_impl/checkpoints.py",
-                  "tf_impl/fitting.py", "tf_impl/backends.py", "torch_impl/references.py", "tf_impl/references.py"}  # fmt: skip
+# Keras cells keeping torch's two biases, torch's Adam rule and clipping, the `.keras` config and the backends
+# (keras_compat/), TensorFlow checkpoints, Keras's `fit` on the models: torch needs no counterpart; references.py holds
+# each stack's own tutorials (Trevett's notebook in torch, TensorFlow's NMT tutorial in Keras), which mirror nothing
+STACK_SPECIFIC = ("tf_impl/keras_compat/", "tf_impl/checkpoints.py", "tf_impl/fitting.py", "torch_impl/references.py",
+                  "tf_impl/references.py")  # fmt: skip
 FRAMEWORK_METHODS = {"forward": "call"}  # the call method is the only name the frameworks decide
 # torch's training step is its own loop (forward, clipping, Adam); Keras's is Keras's own (`fit`'s step), on the model
 # compiled with TorchAdam: `keras_model`
@@ -24,15 +24,17 @@ ONE_STACK_MEMBERS = {
 # the Keras walk over attribute paths; on the torch side state_dict() is that walk
 ONE_STACK_FUNCTIONS = {
     "weights.py": {"leaf", "leaves", "assign_through_rules"},
-    "tf_tutorial.py": {"keras_initializers"},  # torch starts from Keras's default distributions; Keras has them
-    "seq2seq.py": {"over_time"},  # Keras's fit on TensorFlow traces unknown lengths (ops.scan): torch is eager
+    "models/tf_tutorial.py": {"keras_initializers"},  # torch starts from Keras's default distributions; Keras has them
+    "models/seq2seq.py": {"over_time"},  # Keras's fit on TensorFlow traces unknown lengths (ops.scan): torch is eager
     "train.py": {"save_keras", "load_keras", "read_arrays", "write_arrays"},  # Keras's `.keras` files; a torch file
     # read and written as arrays in the file's own names, so `rosetta port` can rename them (Keras files are read by path)
 }
 
 
 def _files(stack: str) -> set[str]:
-    return {p.name for p in (ROOT / stack).glob("*.py") if f"{stack}/{p.name}" not in STACK_SPECIFIC}
+    """The stack's files as paths inside its package (`models/luong.py`), but its stack-specific ones."""
+    paths = {p.relative_to(ROOT / stack).as_posix() for p in (ROOT / stack).rglob("*.py")}
+    return {path for path in paths if not f"{stack}/{path}".startswith(STACK_SPECIFIC)}
 
 
 def _surface(path: Path) -> dict[str, set[str]]:
@@ -70,9 +72,9 @@ def test_classes_attributes_and_methods_mirror(filename):
 
 def test_parity_check_catches_a_missing_attribute(tmp_path):
     """Negative control: an attribute renamed in one stack is reported."""
-    source = (ROOT / "tf_impl" / "reverse_task.py").read_text().replace("self.W_s =", "self.W_q =")
+    source = (ROOT / "tf_impl" / "models" / "reverse_task.py").read_text().replace("self.W_s =", "self.W_q =")
     (tmp_path / "reverse_task.py").write_text(source)
-    torch_side, tf_side = _surface(ROOT / "torch_impl" / "reverse_task.py"), _surface(tmp_path / "reverse_task.py")
+    torch_side, tf_side = _surface(ROOT / "torch_impl" / "models" / "reverse_task.py"), _surface(tmp_path / "reverse_task.py")
     assert torch_side["ReverseTaskV6"] ^ tf_side["ReverseTaskV6"] == {"self.W_s", "self.W_q"}
 
 
@@ -128,7 +130,7 @@ def _documented(path: Path) -> dict[str, dict]:
 
 
 # shapes one twin's docstring quotes and the other's has no reason to: Keras's `fit` feeds a schedule per row
-ONE_STACK_SHAPES = {("seq2seq.py", "Seq2SeqBase.decode"): {"[B, T - 1]"}}
+ONE_STACK_SHAPES = {("models/seq2seq.py", "Seq2SeqBase.decode"): {"[B, T - 1]"}}
 
 
 def _twin_differences(torch_path: Path, tf_path: Path) -> list[str]:
@@ -138,7 +140,7 @@ def _twin_differences(torch_path: Path, tf_path: Path) -> list[str]:
     problems = []
     for name in sorted(torch_side.keys() & tf_side.keys()):
         ours, theirs = torch_side[name], tf_side[name]
-        allowed = ONE_STACK_SHAPES.get((tf_path.name, name), set())
+        allowed = ONE_STACK_SHAPES.get(("/".join(tf_path.parts[-2:]), name), set())
         if (ours["doc"] is None) != (theirs["doc"] is None):
             problems.append(f"{name}: a docstring in {'tf_impl' if ours['doc'] is None else 'torch_impl'} only")
         elif name != "<module>" and [s for s in ours["shapes"] if s not in allowed] != [
@@ -158,14 +160,14 @@ def test_docstrings_and_fix_markers_mirror(filename):
 
 
 def test_negative_control_a_missing_docstring_or_fix_marker_is_found(tmp_path):
-    source = (ROOT / "tf_impl" / "bahdanau_bigru.py").read_text()
+    source = (ROOT / "tf_impl" / "models" / "bahdanau_bigru.py").read_text()
     dropped = source.replace("  # fix: the listing's `droppout`", "", 1)
     undocumented = source.replace('"""`x [B, S]` -> outputs `[B, S, 2He]` (zero at pads), hidden `[B, Hd]`."""', "pass", 1)
     reshaped = source.replace("weighted `[B, 2He]`", "weighted `[B, He]`", 1)
     for text, expected in ((dropped, "Decoder.__init__: fix: markers differ"), (undocumented, "Encoder.call: a docstring"),
                            (reshaped, "Attention.call: docstring shapes differ")):  # fmt: skip
         (tmp_path / "bahdanau_bigru.py").write_text(text)
-        problems = _twin_differences(ROOT / "torch_impl" / "bahdanau_bigru.py", tmp_path / "bahdanau_bigru.py")
+        problems = _twin_differences(ROOT / "torch_impl" / "models" / "bahdanau_bigru.py", tmp_path / "bahdanau_bigru.py")
         assert any(problem.startswith(expected) for problem in problems), (expected, problems)
 
 

@@ -16,8 +16,9 @@ import torch
 
 import tf_impl
 import torch_impl
-from shared import catalogue, layouts, porting
+from shared import catalogue
 from shared.cli import main as rosetta
+from shared.port import layouts, porting
 from tests.tutorials import trevett_nmt3_2024, trevett_nmt3_legacy
 
 REVISIONS = {"trevett-nmt3": trevett_nmt3_2024, "trevett-nmt3-legacy": trevett_nmt3_legacy}

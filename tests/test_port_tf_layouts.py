@@ -18,8 +18,8 @@ import tensorflow as tf
 import torch
 
 import torch_impl
-from shared import porting
 from shared.cli import main as rosetta
+from shared.port import porting
 from tests.tutorials import tf_nmt_writer as writer
 
 ROOT = Path(__file__).resolve().parent.parent

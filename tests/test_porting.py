@@ -1,4 +1,4 @@
-"""`rosetta port` (shared/porting.py) with both stacks: every model x direction x format, round trips,
+"""`rosetta port` (shared/port/porting.py) with both stacks: every model x direction x format, round trips,
 a document's own checkpoint, Adam's state ported and training resumed from it, and each bad request
 refused with nothing left behind."""
 
@@ -15,10 +15,13 @@ import torch
 import tf_impl
 import tf_impl.checkpoints
 import torch_impl
-from shared import catalogue, fixtures, port_files, porting, safetensors_io
+from shared import catalogue
 from shared.cli import main as rosetta
-from shared.equality import assert_close
-from shared.training import EQUALITY_SPEC, _train_steps, fixture_trainer, train_fixture
+from shared.io import safetensors_io
+from shared.port import port_files, porting
+from shared.verify import fixtures
+from shared.verify.equality import assert_close
+from shared.verify.training import EQUALITY_SPEC, _train_steps, fixture_trainer, train_fixture
 from tf_impl.train import load_keras, save_keras
 from tf_impl.train import save_native as save_keras_weights
 from torch_impl.train import save_native as save_torch

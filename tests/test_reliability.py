@@ -19,9 +19,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shared import atomic, catalogue, failures, fixtures, runner, safetensors_io
+from shared import catalogue, failures
 from shared.cli import main as rosetta
-from shared.equality import assert_close
+from shared.io import atomic, safetensors_io
+from shared.train import runner
+from shared.verify import fixtures
+from shared.verify.equality import assert_close
 from tests.test_runner import REVERSE_DATA, SMALL, _run, _stack_name
 
 NAME = "reverse_luong_dot"
@@ -259,7 +262,7 @@ def test_a_disk_that_fills_while_writing_is_one_line_without_a_crash(stack, tmp_
     """The free-space estimate bypassed: the write itself meets ENOSPC. (Not `.weights.h5`: HDF5 then crashes the
     process, SIGSEGV, h5py/h5py#914; the free-space check above is what keeps a full disk from reaching it.)"""
     source = _source(stack, tmp_path)
-    bypass = "import shared.atomic as a; a.check_free_space = lambda *x, **y: None; from shared.cli import main; "
+    bypass = "import shared.io.atomic as a; a.check_free_space = lambda *x, **y: None; from shared.cli import main; "
     argv = _port(source, _destination(stack, small_disk))
     code = f"{bypass}raise SystemExit(main({argv!r}))"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -363,7 +366,7 @@ def test_a_killed_training_run_resumes_on_the_same_curve(stack, tmp_path):
     runner.train(whole, name, progress=False)
     run_dir = _run(tmp_path / "killed", **settings)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    child = subprocess.Popen([sys.executable, "-m", "shared.runner", str(run_dir), name, "--quiet"], env=env,
+    child = subprocess.Popen([sys.executable, "-m", "shared.train.runner", str(run_dir), name, "--quiet"], env=env,
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)  # fmt: skip
     log, deadline = run_dir / name / runner.LOSS_LOG, time.monotonic() + 300
     while (not log.is_file() or len(log.read_text().splitlines()) < 6) and child.poll() is None and time.monotonic() < deadline:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from shared import catalogue
-from shared.report import NO_GPU, write_report
+from shared.tools.report import NO_GPU, write_report
 
 REPO = Path(__file__).resolve().parent.parent
 CPU = {"machine": "cpu-test-2c", "cpu": "Test CPU", "cores": 2, "gpu": None, "device": "cpu", "threads": 2,

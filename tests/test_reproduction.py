@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from shared import reproduction, runner
 from shared.cli import main as rosetta
+from shared.tools import reproduction
+from shared.train import runner
 
 
 def _fake_run(tmp_path, stacks=("torch",), losses=(3.0, 2.0, 1.0, 0.5), finished=True, backend=None):

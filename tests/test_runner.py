@@ -1,4 +1,4 @@
-"""Training runs in each stack alone (`rosetta train`'s engine, shared.runner): files, checkpoints,
+"""Training runs in each stack alone (`rosetta train`'s engine, shared.train.runner): files, checkpoints,
 evaluation, translation, and every bad input: divergence, interruption, another vocabulary, another run.
 
 Runs are tiny (the reverse task at small sizes, a few steps), so these tests check the machinery; the
@@ -12,9 +12,12 @@ import json
 import numpy as np
 import pytest
 
-from shared import data, evaluation, readers, runner, safetensors_io
+from shared import data
 from shared.cli import main as rosetta
-from shared.vocab import Vocab
+from shared.data import readers
+from shared.data.vocab import Vocab
+from shared.io import safetensors_io
+from shared.train import evaluation, runner
 
 SMALL = {"embedding_dim": 8, "hidden_size": 12, "attention_size": 10}
 REVERSE_DATA = {"train_size": 64, "val_size": 16, "test_size": 16}

@@ -8,9 +8,12 @@ import sys
 import numpy as np
 import pytest
 
-from shared import catalogue, documents, fixtures, safetensors_io, teacher_forcing
-from shared.canonical import RULES, check_weights, reorder_gates
-from shared.validation import check_batch
+from shared import catalogue, documents
+from shared.core import teacher_forcing
+from shared.core.canonical import RULES, check_weights, reorder_gates
+from shared.core.validation import check_batch
+from shared.io import safetensors_io
+from shared.verify import fixtures
 
 DESIGN_NAMES = [
     "additive_attention", "reverse_rnn", "reverse_bahdanau", "reverse_bahdanau_concat", "reverse_luong_general",
@@ -26,7 +29,7 @@ def test_catalogue_holds_the_twelve_models_of_the_design():
 
 
 def test_shared_imports_with_numpy_alone():
-    code = "import sys, shared, shared.fixtures, shared.cli; bad = {'torch', 'tensorflow', 'keras'} & set(sys.modules)"
+    code = "import sys, shared, shared.verify.fixtures, shared.cli; bad = {'torch', 'tensorflow', 'keras'} & set(sys.modules)"
     code += "; sys.exit(str(bad) if bad else 0)"
     subprocess.run([sys.executable, "-c", code], check=True)
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from shared import catalogue, fixtures
-from shared.equality import assert_all_close, assert_close, assert_tokens_equal, grad_bounds, output_bounds
+from shared import catalogue
+from shared.verify import fixtures
+from shared.verify.equality import assert_all_close, assert_close, assert_tokens_equal, grad_bounds, output_bounds
 from tests.bad_inputs import bad_batches
 
 MODELS = catalogue.built()

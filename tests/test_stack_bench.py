@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from shared import bench
+from shared.tools import bench
 
 
 def test_a_smoke_bench_writes_one_result_file_with_every_case(stack, tmp_path):

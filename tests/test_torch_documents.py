@@ -7,8 +7,9 @@ import pytest
 import torch
 
 import torch_impl
-from shared import catalogue, fixtures
-from shared.equality import assert_close
+from shared import catalogue
+from shared.verify import fixtures
+from shared.verify.equality import assert_close
 from tests import doc_listings
 
 LISTED = {  # catalogue name -> the document's own class

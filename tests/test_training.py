@@ -17,10 +17,13 @@ import pytest
 
 import tf_impl
 import torch_impl
-from shared import catalogue, documents, fixtures, runner, safetensors_io
-from shared.equality import assert_close
-from shared.optimizer_state import weights_without_optimizer
-from shared.training import (
+from shared import catalogue, documents
+from shared.core.optimizer_state import weights_without_optimizer
+from shared.io import safetensors_io
+from shared.train import runner
+from shared.verify import fixtures
+from shared.verify.equality import assert_close
+from shared.verify.training import (
     EQUALITY_SPEC,
     compare_training,
     continue_in,

@@ -12,5 +12,6 @@ if keras.backend.backend() not in ("tensorflow", "jax", "torch"):
     raise ImportError(f"tf_impl runs on Keras's tensorflow, jax or torch backend, not {keras.backend.backend()!r}")
 
 from tf_impl.contract import build, get_weights, greedy, loss_and_grads, run, set_weights, trace  # noqa: E402
+from tf_impl.keras_compat import backends  # noqa: E402  (which Keras backend runs: tf_impl.backends.name())
 
-__all__ = ["build", "get_weights", "set_weights", "run", "trace", "loss_and_grads", "greedy"]
+__all__ = ["backends", "build", "get_weights", "set_weights", "run", "trace", "loss_and_grads", "greedy"]

@@ -1,5 +1,5 @@
-"""What `rosetta bench` (shared/bench.py) needs from Keras on its backend (TensorFlow, JAX or torch: KERAS_BACKEND,
-tf_impl/backends.py): thread and device setup, the timed calls in each mode (TensorFlow: eager, tf.function,
+"""What `rosetta bench` (shared/tools/bench.py) needs from Keras on its backend (TensorFlow, JAX or torch: KERAS_BACKEND,
+tf_impl/keras_compat/backends.py): thread and device setup, the timed calls in each mode (TensorFlow: eager, tf.function,
 XLA; JAX: eager, XLA (jit); torch: eager), peak memory and a matmul peak.
 
 Mirrors torch_impl/bench.py function for function. FLOPs are counted once, by the torch stack (the
@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import keras
 
-from shared import bench as shared_bench
-from shared import fixtures, machine
-from tf_impl import backends, contract
+from shared.tools import bench as shared_bench
+from shared.tools import machine
+from shared.verify import fixtures
+from tf_impl import contract
+from tf_impl.keras_compat import backends
 from tf_impl.train import Trainer
 
 
@@ -47,7 +49,7 @@ def thread_settings() -> dict:
 
 
 def matmul_gflops(device: str) -> float:
-    """The median float32 GFLOP/s of a square matmul (shared.bench.MATMUL_SIZE): this machine's peak."""
+    """The median float32 GFLOP/s of a square matmul (shared.tools.bench.MATMUL_SIZE): this machine's peak."""
     n = machine.MATMUL_SIZE[device]
     a = keras.random.normal((n, n), dtype="float32")
 

@@ -22,7 +22,7 @@ A variable reachable by several paths keeps its first, breadth first in the chil
 TensorFlow names checkpoint keys in); optimizers and the root's `save_counter` are not model paths.
 
 Adam's state, three layouts (`read(..., with_optimizer=True)` returns it in the canonical layout of
-shared.training, as tf_impl.train.adam_state does):
+shared.verify.training, as tf_impl.train.adam_state does):
 
     Keras 2, TF <= 2.10 (later `tf.keras.optimizers.legacy.Adam`): `optimizer/iter`, `beta_1`, `beta_2`,
         `decay`, `learning_rate`, and the moments as *slot variables* `m` and `v` of each model variable:
@@ -52,9 +52,9 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.protobuf import trackable_object_graph_pb2
 
-from shared import atomic
-from shared.canonical import RULES, join_key
-from shared.optimizer_state import MOMENTS, check_optimizer_state
+from shared.core.canonical import RULES, join_key
+from shared.core.optimizer_state import MOMENTS, check_optimizer_state
+from shared.io import atomic
 from tf_impl.train import NATIVE_SUFFIX, _weights_owner, load_adam_state, load_native
 from tf_impl.weights import get_grads, leaves
 

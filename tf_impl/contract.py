@@ -1,5 +1,5 @@
 """The contract of docs/DESIGN.md for Keras: build, get_weights, set_weights, run, loss_and_grads (on any Keras 3
-backend: tf_impl/backends.py holds what differs)."""
+backend: tf_impl/keras_compat/backends.py holds what differs)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ from collections.abc import Mapping
 import keras
 import numpy as np
 
-from shared import catalogue, taps
-from shared.validation import check_max_len, prepare
-from tf_impl import backends, serializable
+from shared import catalogue
+from shared.core import taps
+from shared.core.validation import check_max_len, prepare
+from tf_impl.keras_compat import backends, serializable
 from tf_impl.weights import get_grads, get_weights, leaves, set_weights
 
 __all__ = ["build", "get_weights", "set_weights", "run", "trace", "loss_and_grads", "greedy"]
@@ -28,7 +29,7 @@ def build(name: str, dtype: str = "float32", as_written: bool = False, **overrid
     spec = catalogue.get(name)
     config = catalogue.resolve_config(spec, dtype, overrides)
     backends.check_dtype(dtype)
-    factory = getattr(importlib.import_module(f"tf_impl.{spec.module}"), spec.factory)
+    factory = getattr(importlib.import_module(f"tf_impl.models.{spec.module}"), spec.factory)
     model = factory(**config, dtype=dtype)
     model.rosetta_name, model.rosetta_config = name, config
     _set_as_written(model, True)
@@ -93,7 +94,7 @@ def run(model, name: str, batch: Mapping, teacher_forcing=None) -> dict[str, np.
 
 
 def trace(model, name: str, batch: Mapping) -> dict[str, np.ndarray]:
-    """`run`'s outputs and the components tapped on the way (shared.taps: embeddings, encoder outputs and
+    """`run`'s outputs and the components tapped on the way (shared.core.taps: embeddings, encoder outputs and
     state, attention scores, context vectors) as numpy, batch-first, every decoder step joined along time."""
     with taps.recording() as recorded:
         outputs = run(model, name, batch)

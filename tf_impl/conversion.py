@@ -1,8 +1,8 @@
-"""A Keras model's weight-owning layers as shared.conversion leaves (stack-specific: the torch side is
+"""A Keras model's weight-owning layers as shared.port.conversion leaves (stack-specific: the torch side is
 torch_impl/conversion.py); running a model on a verification batch; its float64 copy.
 
 Each leaf converts between its Keras variables and the canonical (torch) layout through the leaf rules of
-shared.canonical. A Keras functional or `Sequential` model's layers are named by their own names (`lstm`,
+shared.core.canonical. A Keras functional or `Sequential` model's layers are named by their own names (`lstm`,
 `lstm_1`, ...); any other layer's by attribute (lists as `layers.0`). A recurrent layer over stacked cells
 and our `TorchLSTM` are one leaf per layer (`rnn[0]`, `rnn[1]`); `Bidirectional` is one leaf with both
 directions (`_l0`, `_l0_reverse`).
@@ -16,9 +16,9 @@ import keras
 import numpy as np
 from keras.src.models.functional import Functional
 
-from shared.canonical import RULES
-from shared.conversion import Leaf, map_inputs, positional
-from tf_impl.layers import TorchLSTM, TorchLSTMCell, TorchRNNCell
+from shared.core.canonical import RULES
+from shared.port.conversion import Leaf, map_inputs, positional
+from tf_impl.keras_compat.layers import TorchLSTM, TorchLSTMCell, TorchRNNCell
 from tf_impl.references import float64_policy
 
 SUPPORTED = ("Dense, Embedding, SimpleRNN, GRU (reset_after=True), LSTM, Bidirectional, RNN over SimpleRNNCell / "

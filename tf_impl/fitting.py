@@ -1,5 +1,5 @@
 """Keras's own training API on the catalogue models: `compile` / `fit` / `evaluate` / `predict` (any Keras 3
-backend), with the loss of shared.training's spec and the same input checks as the contract's `run`.
+backend), with the loss of shared.verify.training's spec and the same input checks as the contract's `run`.
 
     model = tf_impl.build("luong_general")
     model.compile(optimizer=TorchAdam(1e-3, clip_grad_norm=1.0), loss=fitting.loss_for(model))
@@ -17,16 +17,16 @@ import keras
 import numpy as np
 
 from shared import catalogue
-from shared import teacher_forcing as schedules
-from shared.validation import check_batch
-from tf_impl import backends
+from shared.core import teacher_forcing as schedules
+from shared.core.validation import check_batch
+from tf_impl.keras_compat import backends
 
 INPUT_KEYS = ("src", "tgt_in", "src_len", "teacher_forcing")  # a tuple input holds them in this order
 _FIXED_LENGTH_KEYS = INPUT_KEYS[:2]  # document 001's models: no padded sources, always teacher-forced
 
 
 def loss_for(model) -> keras.losses.Loss:
-    """Cross-entropy from logits, mean over non-pad targets: shared.training's loss, as torch's
+    """Cross-entropy from logits, mean over non-pad targets: shared.verify.training's loss, as torch's
     `cross_entropy(ignore_index=pad)` (Keras's `ignore_class` divides by the count of non-pad targets), in the
     model's dtype (Keras's default, floatx, would compute a float64 model's loss in float32)."""
     pad_id = catalogue.get(model.rosetta_name).pad_id
@@ -36,7 +36,7 @@ def loss_for(model) -> keras.losses.Loss:
 
 
 def keras_batch(spec: catalogue.ModelSpec, arrays: Mapping, schedule) -> tuple[dict, np.ndarray]:
-    """A checked contract batch (shared.validation.prepare's arrays and schedule) as Keras's `(x, y)`: the
+    """A checked contract batch (shared.core.validation.prepare's arrays and schedule) as Keras's `(x, y)`: the
     schedule repeated per row; for document 000's layer, `{"query", "values"}` and a zero target."""
     if spec.interface == "attention":
         return dict(arrays), np.zeros(arrays["query"].shape[:2] + arrays["values"].shape[2:], arrays["query"].dtype)
@@ -97,7 +97,7 @@ class KerasInputs(ModelDtypeMetrics):
 
     The one input: a dict `{"src", "tgt_in"}` (`"src_len"` and `"teacher_forcing"` for models with padded
     sources), or a tuple in INPUT_KEYS' order; `teacher_forcing` is `[B, T - 1]` booleans, each row the
-    step's schedule (shared.teacher_forcing), so Keras can slice it by batch as the other inputs.
+    step's schedule (shared.core.teacher_forcing), so Keras can slice it by batch as the other inputs.
     The output: logits `[B, T, V]`, batch-first; the target `y` is `tgt_out [B, T]`.
     """
 

@@ -1,5 +1,5 @@
 """References for `rosetta port` in Keras: the user's Keras model in float64, a `.keras` file's own model, and
-the TensorFlow NMT tutorial's model that the tf presets port (shared.references says what a reference is).
+the TensorFlow NMT tutorial's model that the tf presets port (shared.port.references says what a reference is).
 
 A Keras model cannot be widened in place, and `tf.train.Checkpoint.restore` does not cast: to run the user's
 model in float64, `in_float64` calls their callable again under a float64 dtype policy on a float64 copy of
@@ -18,7 +18,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from shared.references import Reference
+from shared.port.references import Reference
 
 
 def in_float64(model, builder, source: str) -> tuple[object, str]:
@@ -125,7 +125,7 @@ def _widened_h5(path: Path, copy: Path) -> Path:
 def keras_file_reference(path: Path, name: str) -> Reference:
     """A `.keras` source's model as Keras loads it (its own config and weights), run through the contract."""
     import tf_impl
-    from shared.verification import traced
+    from shared.port.verification import traced
     from tf_impl.train import load_keras
 
     model, _ = load_keras(path)
@@ -209,7 +209,7 @@ def _nmt(path: str, w1_on_query: bool) -> NmtParts:
     checkpoint read into it through the object graph (tf_impl.checkpoints: Keras 2 and Keras 3 files alike)."""
     import tf_impl
     from shared import catalogue
-    from shared.port_files import source_parts
+    from shared.port.port_files import source_parts
     from tf_impl import checkpoints
 
     source = source_parts(path) or path
@@ -267,8 +267,8 @@ def _parts_of(model) -> tuple:
 def run_tf_nmt(model, batch: dict) -> dict[str, np.ndarray]:
     """The tutorial's `train_step` forward, teacher forced: the encoder from a zero state, then the decoder step
     by step from the encoder's state, fed `tgt_in`; encoder outputs and state, attention weights, logits."""
-    from shared.references import ATTENTION_WEIGHTS, LOGITS
-    from shared.taps import ENCODER_OUTPUTS, ENCODER_STATE
+    from shared.core.taps import ENCODER_OUTPUTS, ENCODER_STATE
+    from shared.port.references import ATTENTION_WEIGHTS, LOGITS
 
     encoder, decoder = _parts_of(model)
     src, tgt_in = tf.constant(batch["src"]), tf.constant(batch["tgt_in"])

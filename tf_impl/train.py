@@ -1,5 +1,5 @@
-"""Training in Keras, following shared.training.TrainSpec: `TorchAdam` (PyTorch's Adam rule) and torch's
-global-norm clipping (tf_impl/optim.py). Stock Keras Adam, per-variable `clipnorm` and `global_clipnorm`
+"""Training in Keras, following shared.verify.training.TrainSpec: `TorchAdam` (PyTorch's Adam rule) and torch's
+global-norm clipping (tf_impl/keras_compat/optim.py). Stock Keras Adam, per-variable `clipnorm` and `global_clipnorm`
 are options, to show their drift.
 
 Mirrors torch_impl/train.py: the same `Trainer`, and checkpoints in the stack's own
@@ -15,12 +15,14 @@ from pathlib import Path
 import keras
 import numpy as np
 
-from shared import atomic, catalogue
-from shared.optimizer_state import MOMENTS, check_optimizer_state
+from shared import catalogue
+from shared.core.optimizer_state import MOMENTS, check_optimizer_state
+from shared.core.validation import prepare
+from shared.io import atomic
 from shared.specs import TrainSpec
-from shared.validation import prepare
-from tf_impl import backends, fitting
-from tf_impl.optim import TorchAdam, make_optimizer
+from tf_impl import fitting
+from tf_impl.keras_compat import backends
+from tf_impl.keras_compat.optim import TorchAdam, make_optimizer
 from tf_impl.weights import assign_through_rules, get_grads, get_weights, leaves, set_weights
 
 NATIVE_SUFFIX = ".weights.h5"
@@ -247,10 +249,10 @@ def save_keras(model, path: str | Path, optimizer_state: Mapping | None = None) 
 def load_keras(path: str | Path, with_optimizer: bool = False) -> tuple[object, dict | None]:
     """A catalogue model from a `.keras` file (safe mode: no code is run), and with `with_optimizer` its
     optimizer's state in canonical layout."""
-    from tf_impl.serializable import CatalogueModel
+    from tf_impl.keras_compat.serializable import CatalogueModel
 
     for spec in catalogue.CATALOGUE.values():  # each model class registers itself with Keras on import
-        importlib.import_module(f"tf_impl.{spec.module}")
+        importlib.import_module(f"tf_impl.models.{spec.module}")
     try:
         model = keras.saving.load_model(path, compile=with_optimizer, safe_mode=True)
     except Exception as error:  # zipfile, h5py, json and Keras raise many kinds for a bad file

@@ -1,4 +1,4 @@
-"""Canonical weights <-> Keras models, through the leaf rules of shared.canonical.
+"""Canonical weights <-> Keras models, through the leaf rules of shared.core.canonical.
 
 The walk below names every Keras layer that owns weights by its attribute path (the torch module's
 path), finds its kind, and hands its variables to the rule of that kind. There is no per-model code:
@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterator, Mapping
 import keras
 import numpy as np
 
-from shared.canonical import RULES, LeafRule, check_weights, join_key
-from tf_impl.layers import TorchLSTM, TorchLSTMCell, TorchRNNCell
+from shared.core.canonical import RULES, LeafRule, check_weights, join_key
+from tf_impl.keras_compat.layers import TorchLSTM, TorchLSTMCell, TorchRNNCell
 
 _CELL_KINDS = {
     keras.layers.GRUCell: "gru",

@@ -1,4 +1,4 @@
-"""What `rosetta bench` (shared/bench.py) needs from PyTorch: thread and device setup, the timed calls in
+"""What `rosetta bench` (shared/tools/bench.py) needs from PyTorch: thread and device setup, the timed calls in
 each mode (eager, torch.compile), peak memory, a matmul peak, and the FLOPs of a case.
 
 Mirrors tf_impl/bench.py function for function.
@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import torch
 
-from shared import bench as shared_bench
-from shared import fixtures, machine
+from shared.tools import bench as shared_bench
+from shared.tools import machine
+from shared.verify import fixtures
 from torch_impl import contract
 from torch_impl.train import Trainer
 
@@ -43,7 +44,7 @@ def thread_settings() -> dict[str, int]:
 
 
 def matmul_gflops(device: str) -> float:
-    """The median float32 GFLOP/s of a square matmul (shared.bench.MATMUL_SIZE): this machine's peak."""
+    """The median float32 GFLOP/s of a square matmul (shared.tools.bench.MATMUL_SIZE): this machine's peak."""
     n = machine.MATMUL_SIZE[device]
     a = torch.randn(n, n, device="cuda" if device == "gpu" else "cpu")
 

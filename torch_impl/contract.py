@@ -10,8 +10,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from shared import catalogue, taps
-from shared.validation import check_max_len, prepare
+from shared import catalogue
+from shared.core import taps
+from shared.core.validation import check_max_len, prepare
 from torch_impl.weights import get_grads, get_weights, set_weights
 
 __all__ = ["build", "get_weights", "set_weights", "run", "trace", "loss_and_grads", "greedy"]
@@ -30,7 +31,7 @@ def build(name: str, dtype: str = "float32", as_written: bool = False, **overrid
     """
     spec = catalogue.get(name)
     config = catalogue.resolve_config(spec, dtype, overrides)
-    factory = getattr(importlib.import_module(f"torch_impl.{spec.module}"), spec.factory)
+    factory = getattr(importlib.import_module(f"torch_impl.models.{spec.module}"), spec.factory)
     model = factory(**config).to(_DTYPES[dtype]).eval()
     model.rosetta_name, model.rosetta_config = name, config
     for module in model.modules():
@@ -73,7 +74,7 @@ def run(model: torch.nn.Module, name: str, batch: Mapping, teacher_forcing=None)
 
 
 def trace(model, name: str, batch: Mapping) -> dict[str, np.ndarray]:
-    """`run`'s outputs and the components tapped on the way (shared.taps: embeddings, encoder outputs and
+    """`run`'s outputs and the components tapped on the way (shared.core.taps: embeddings, encoder outputs and
     state, attention scores, context vectors) as numpy, batch-first, every decoder step joined along time."""
     with taps.recording() as recorded:
         outputs = run(model, name, batch)

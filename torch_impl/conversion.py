@@ -1,4 +1,4 @@
-"""A torch model's weight-owning layers as shared.conversion leaves (stack-specific: the Keras side is
+"""A torch model's weight-owning layers as shared.port.conversion leaves (stack-specific: the Keras side is
 tf_impl/conversion.py); running a model on a verification batch; its float64 copy.
 
 The canonical layout is torch's own, so a leaf reads and writes its module's parameters by their state
@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from shared.conversion import Leaf, map_inputs, positional
+from shared.port.conversion import Leaf, map_inputs, positional
 
 SUPPORTED = "Linear, Embedding, RNN, GRU, LSTM, RNNCell, GRUCell, LSTMCell, LayerNorm, Conv1d, a bare Parameter"
 _RECURRENT_KINDS = {nn.RNN: "rnn", nn.GRU: "gru", nn.LSTM: "lstm", nn.RNNCell: "rnn", nn.GRUCell: "gru", nn.LSTMCell: "lstm"}
@@ -182,7 +182,7 @@ def float64_twin(model: nn.Module, factory=None, inputs=None) -> nn.Module:
 def load_file(model: nn.Module, path, fmt: str, factory=None, inputs=None) -> nn.Module:
     """`model` holding the weights of a `.pt` state_dict (or checkpoint `{"model", ...}`) or canonical
     `.safetensors` file, strictly: every key of the model, none more, each of its shape."""
-    from shared import safetensors_io
+    from shared.io import safetensors_io
     from torch_impl.train import read_arrays
     from torch_impl.weights import set_weights
 
@@ -193,7 +193,7 @@ def load_file(model: nn.Module, path, fmt: str, factory=None, inputs=None) -> nn
 
 def save_file(model: nn.Module, path, fmt: str) -> None:
     """`model`'s state_dict as a `.pt` file or canonical `.safetensors`, written atomically."""
-    from shared import safetensors_io
+    from shared.io import safetensors_io
     from torch_impl.train import write_arrays
     from torch_impl.weights import get_weights
 

@@ -20,8 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from shared.references import ATTENTION_WEIGHTS, LOGITS
-from shared.taps import ENCODER_OUTPUTS, ENCODER_STATE
+from shared.core.taps import ENCODER_OUTPUTS, ENCODER_STATE
+from shared.port.references import ATTENTION_WEIGHTS, LOGITS
 
 
 class TrevettEncoder(nn.Module):

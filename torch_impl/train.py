@@ -1,4 +1,4 @@
-"""Training in PyTorch, following shared.training.TrainSpec: torch.optim.Adam, clip_grad_norm_.
+"""Training in PyTorch, following shared.verify.training.TrainSpec: torch.optim.Adam, clip_grad_norm_.
 
 Mirrors tf_impl/train.py: the same `Trainer` (attributes and methods), and checkpoints
 in the stack's own format (`.pt`, a state_dict read back with `weights_only=True`).
@@ -15,11 +15,11 @@ import numpy as np
 import torch
 
 from shared import catalogue
-from shared.atomic import write_atomic
-from shared.canonical import check_weights
-from shared.optimizer_state import MOMENTS, check_optimizer_state
+from shared.core.canonical import check_weights
+from shared.core.optimizer_state import MOMENTS, check_optimizer_state
+from shared.core.validation import prepare
+from shared.io.atomic import write_atomic
 from shared.specs import TrainSpec
-from shared.validation import prepare
 from torch_impl.contract import as_tensors, model_outputs, training_loss
 from torch_impl.weights import get_weights
 

@@ -1,5 +1,5 @@
 """Canonical weights <-> torch modules. The canonical layout *is* our modules' state_dict, so this side
-is a strict copy with the shared key/shape check; the leaf rules of shared.canonical are the Keras side's.
+is a strict copy with the shared key/shape check; the leaf rules of shared.core.canonical are the Keras side's.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from collections.abc import Mapping
 import numpy as np
 import torch
 
-from shared.canonical import check_weights
+from shared.core.canonical import check_weights
 
 
 def get_weights(model: torch.nn.Module) -> dict[str, np.ndarray]:
@@ -18,7 +18,7 @@ def get_weights(model: torch.nn.Module) -> dict[str, np.ndarray]:
 
 
 def set_weights(model: torch.nn.Module, weights: Mapping[str, np.ndarray]) -> None:
-    """Copy canonical `weights` into `model`, cast to its dtype; strict (see shared.canonical.check_weights)."""
+    """Copy canonical `weights` into `model`, cast to its dtype; strict (see shared.core.canonical.check_weights)."""
     state = model.state_dict()
     check_weights({key: tuple(value.shape) for key, value in state.items()}, weights, type(model).__name__)
     with torch.no_grad():

@@ -1,0 +1,84 @@
+"""The data of the source documents: the synthetic reverse task, Multi30k and Tatoeba spa-eng, and batches.
+
+- "reverse" (document 001): random token ids, the target is the source reversed; no download.
+- "multi30k" (documents 002/003): the WMT16 task-1 release, German -> English, tokenized as Ben Trevett's
+  tutorials did (spaCy's rule-based tokenizers, lowercased, min_freq 2: 7,853 / 5,893 types).
+- "spa_eng" (document 004, the TensorFlow "nmt_with_attention" tutorial of the TF 2.0 era): the first
+  30,000 Tatoeba pairs, Spanish -> English, the tutorial's `preprocess_sentence` and Keras word index.
+
+The data sets are read from a folder the user names (`--data-dir` or ROSETTA_DATA_DIR); nothing is ever
+downloaded. A `Corpus` holds token ids per split and both vocabularies; `Corpus.save` / `Corpus.load`
+keep a prepared corpus (npz + JSON), so a machine without spaCy can train on it. `batches` pads and
+buckets: `src [B, S]`, `src_len [B]`, `tgt_in [B, T]`, `tgt_out [B, T]`, int64.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from shared.data.corpora import CORPUS_FILE, DATASETS, Corpus
+from shared.data.readers import read_multi30k, read_spa_eng, reverse_corpus
+
+ENV_VAR = "ROSETTA_DATA_DIR"
+# the defaults of `load_corpus`'s options, per dataset; any other option name is an error
+OPTIONS = {
+    # document 001 gives no data sizes; these are ours
+    "reverse": {"train_size": 10_000, "val_size": 1_000, "test_size": 1_000, "seq_len": 10, "vocab_size": 20, "seed": 0},
+    "multi30k": {"min_freq": 2},
+    # the old tutorial: first 30,000 lines, sklearn train_test_split(test_size=0.2), unseeded
+    "spa_eng": {"num_examples": 30_000, "val_fraction": 0.2, "seed": 0},
+}
+
+
+# ---------------------------------------------------------------- where the data is, which model uses what
+
+
+def resolve_data_dir(cli_value: str | os.PathLike | None) -> Path:
+    """The data folder: `cli_value` (--data-dir), else $ROSETTA_DATA_DIR; it must exist."""
+    if cli_value:
+        path, origin = Path(cli_value), f"--data-dir {cli_value}"
+    elif os.environ.get(ENV_VAR):
+        path, origin = Path(os.environ[ENV_VAR]), f"{ENV_VAR}={os.environ[ENV_VAR]}"
+    else:
+        raise ValueError(f"no data folder given: pass --data-dir or set {ENV_VAR} (the folder holding multi30k/ and spa-eng/)")
+    if not path.is_dir():
+        raise ValueError(f"the data folder {path} (from {origin}) does not exist or is not a folder")
+    return path
+
+
+# ---------------------------------------------------------------- one entry point
+
+
+def load_corpus(
+    dataset: str, data_dir: str | os.PathLike | None = None, cache_dir: str | os.PathLike | None = None, **options
+) -> Corpus:
+    """The corpus of `dataset` ("reverse", "multi30k", "spa_eng") with `options` (see OPTIONS for names and defaults).
+
+    `data_dir` goes through `resolve_data_dir` (--data-dir, else $ROSETTA_DATA_DIR); the reverse task
+    needs none. With `cache_dir`, a corpus saved there is loaded (its dataset and options must match) or
+    the new one is saved there, so a later run needs neither the data files nor spaCy.
+    """
+    if dataset not in DATASETS:
+        raise ValueError(f"unknown dataset {dataset!r}; known: {', '.join(DATASETS)}")
+    unknown = sorted(set(options) - set(OPTIONS[dataset]))
+    if unknown:
+        raise ValueError(f"dataset {dataset!r} takes no option {', '.join(unknown)}; it takes: {', '.join(OPTIONS[dataset])}")
+    options = {**OPTIONS[dataset], **options}
+    if cache_dir is not None and (Path(cache_dir) / CORPUS_FILE).is_file():
+        corpus = Corpus.load(cache_dir)
+        if (corpus.name, corpus.options) != (dataset, options):
+            raise ValueError(
+                f"the corpus saved in {cache_dir} is {corpus.name} with {corpus.options}, not {dataset} with {options}; "
+                "use another cache folder or delete it"
+            )
+        return corpus
+    if dataset == "reverse":
+        corpus = reverse_corpus(**options)
+    elif dataset == "multi30k":
+        corpus = read_multi30k(resolve_data_dir(data_dir), **options)
+    else:
+        corpus = read_spa_eng(resolve_data_dir(data_dir), **options)
+    if cache_dir is not None:
+        corpus.save(cache_dir)
+    return corpus

@@ -1,0 +1,266 @@
+"""A corpus in memory and on disk: token ids of each split and both vocabularies (`Corpus`, saved as npz +
+JSON so a machine without spaCy can train on it), and `batches`, padded and bucketed: `src [B, S]`,
+`src_len [B]`, `tgt_in [B, T]`, `tgt_out [B, T]`, int64."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import zipfile
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from shared import catalogue, documents
+from shared.data.vocab import Vocab
+from shared.io.atomic import write_atomic
+
+CORPUS_FILE, SRC_VOCAB_FILE, TGT_VOCAB_FILE = "corpus.npz", "src_vocab.json", "tgt_vocab.json"
+CORPUS_FORMAT = "rosetta-corpus/1"
+DATASETS = ("reverse", "multi30k", "spa_eng")
+
+
+# ---------------------------------------------------------------- batches
+
+
+def _lengths(sequences: Sequence[np.ndarray]) -> np.ndarray:
+    return np.fromiter((len(sequence) for sequence in sequences), dtype=np.int64, count=len(sequences))
+
+
+def _pad(sequences: list[np.ndarray], lengths: np.ndarray, pad_id: int) -> np.ndarray:
+    out = np.full((len(sequences), int(lengths.max())), pad_id, dtype=np.int64)  # [B, L], padded at the end
+    for row, sequence in enumerate(sequences):
+        out[row, : len(sequence)] = sequence
+    return out
+
+
+def _bucketed_order(
+    src_lengths: np.ndarray, tgt_lengths: np.ndarray, batch_size: int, rng, pool_batches: int
+) -> list[np.ndarray]:
+    """torchtext BucketIterator's `pool`: shuffle, sort pools of `pool_batches` batches by length, shuffle the batches."""
+    order = rng.permutation(len(src_lengths))
+    chunks = []
+    for start in range(0, len(order), batch_size * pool_batches):
+        pool = order[start : start + batch_size * pool_batches]
+        pool = pool[np.lexsort((tgt_lengths[pool], src_lengths[pool]))]  # by source length, then target length; stable
+        pool_chunks = [pool[i : i + batch_size] for i in range(0, len(pool), batch_size)]
+        chunks.extend(pool_chunks[i] for i in rng.permutation(len(pool_chunks)))
+    # sort_within_batch: longest source first (what pack_padded_sequence with enforce_sorted wants)
+    return [chunk[np.argsort(-src_lengths[chunk], kind="stable")] for chunk in chunks]
+
+
+def batches(
+    src_list: Sequence[np.ndarray],
+    tgt_list: Sequence[np.ndarray],
+    batch_size: int,
+    *,
+    pad_id: int,
+    rng: np.random.Generator | None = None,
+    with_src_len: bool = True,
+    pool_batches: int = 100,
+    drop_last: bool = False,
+) -> list[dict[str, np.ndarray]]:
+    """Padded int64 batches: `src [B, S]`, `src_len [B]`, `tgt_in [B, T]`, `tgt_out [B, T]`.
+
+    Each target sequence starts with `<sos>` (so no `sos_id` is needed here). The targets are padded
+    with `pad_id` after the end, then `tgt_in` is the padded block without its last column and `tgt_out`
+    without its first: `tgt_in[:, t + 1] == tgt_out[:, t]`, as in the fixtures and as torchtext fed
+    `trg[:-1]`. A row shorter than the batch keeps its `<eos>` in `tgt_in` where `tgt_out` is already
+    pad; the loss ignores that position.
+    Without `rng` the batches keep the data's order. With `rng`, torchtext's BucketIterator: shuffle,
+    sort pools of `pool_batches` batches by length, shuffle the batches of each pool, and sort each
+    batch by descending source length, so padding stays small.
+
+    Args:
+        with_src_len: include `src_len`; False for the reverse-task models, which take none.
+        drop_last: drop a batch smaller than `batch_size`.
+    """
+    if rng is not None and not isinstance(rng, np.random.Generator):
+        raise ValueError(
+            f"batches: rng must be a numpy Generator (np.random.default_rng(seed)) or None, got {type(rng).__name__}"
+        )
+    if len(src_list) != len(tgt_list):
+        raise ValueError(f"batches: {len(src_list)} source sequences but {len(tgt_list)} target sequences")
+    if not len(src_list):
+        raise ValueError("batches: no sequences to batch")
+    batch_size, pool_batches = check_count("batch_size", batch_size), check_count("pool_batches", pool_batches)
+    src_lengths, tgt_lengths = _lengths(src_list), _lengths(tgt_list)
+    if src_lengths.min() < 1 or tgt_lengths.min() < 2:
+        raise ValueError("batches: every source needs >= 1 token and every target >= 2 (<sos> and one more)")
+    if rng is None:
+        chunks = [np.arange(start, min(start + batch_size, len(src_list))) for start in range(0, len(src_list), batch_size)]
+    else:
+        chunks = _bucketed_order(src_lengths, tgt_lengths, batch_size, rng, pool_batches)
+    out = []
+    for chunk in chunks:
+        if drop_last and len(chunk) < batch_size:
+            continue
+        tgt = _pad([tgt_list[i] for i in chunk], tgt_lengths[chunk], pad_id)  # [B, T + 1]
+        batch = {"src": _pad([src_list[i] for i in chunk], src_lengths[chunk], pad_id)}  # [B, S]
+        if with_src_len:
+            batch["src_len"] = src_lengths[chunk]  # [B]
+        batch["tgt_in"], batch["tgt_out"] = tgt[:, :-1], tgt[:, 1:]  # [B, T] each
+        out.append(batch)
+    return out
+
+
+# ---------------------------------------------------------------- the corpus, saved and loaded
+
+
+@dataclass(eq=False)
+class Corpus:
+    """Token ids of a dataset's splits and its two vocabularies.
+
+    Args:
+        name: "reverse", "multi30k" or "spa_eng".
+        special_ids: `pad_id`, `sos_id`, `eos_id` of the target vocabulary (`pad_id` is the source's too),
+            and `unk_id` (None where the vocabulary has no `<unk>`).
+        splits: split name -> (source id arrays, target id arrays); every target starts with `<sos>`.
+        references: split name -> target token lists (before `<unk>` mapping, no `<sos>`/`<eos>`), for BLEU.
+        options: what `load_corpus` was asked for (sizes, seed, min_freq).
+    """
+
+    name: str
+    src_vocab: Vocab
+    tgt_vocab: Vocab
+    special_ids: dict[str, int | None]
+    splits: dict[str, tuple[list[np.ndarray], list[np.ndarray]]]
+    references: dict[str, list[list[str]]] = field(default_factory=dict)
+    options: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.name not in DATASETS:
+            raise ValueError(f"unknown dataset {self.name!r}; known: {', '.join(DATASETS)}")
+        missing = {"pad_id", "sos_id", "eos_id"} - set(self.special_ids)
+        if missing:
+            raise ValueError(f"corpus {self.name}: special_ids lacks {', '.join(sorted(missing))}")
+        pad = self.pad_id
+        if not (0 <= pad < min(len(self.src_vocab), len(self.tgt_vocab))) or self.src_vocab.itos[pad] != self.tgt_vocab.itos[pad]:
+            raise ValueError(f"corpus {self.name}: pad id {pad} must name the same token in both vocabularies")
+        for split, (src, tgt) in self.splits.items():
+            if len(src) != len(tgt):
+                raise ValueError(f"corpus {self.name}: split {split!r} has {len(src)} sources but {len(tgt)} targets")
+
+    @property
+    def pad_id(self) -> int:
+        return self.special_ids["pad_id"]
+
+    @property
+    def sos_id(self) -> int:
+        return self.special_ids["sos_id"]
+
+    @property
+    def eos_id(self) -> int:
+        return self.special_ids["eos_id"]
+
+    @property
+    def with_src_len(self) -> bool:
+        """The reverse-task models take no `src_len`; the real-data models do."""
+        return self.name != "reverse"
+
+    def batches(self, split: str, batch_size: int, rng: np.random.Generator | None = None, **options) -> list[dict]:
+        """`batches` of one split with this corpus's pad id and `src_len` rule."""
+        if split not in self.splits:
+            raise ValueError(f"corpus {self.name} has no split {split!r}; it has: {', '.join(self.splits)}")
+        src, tgt = self.splits[split]
+        return batches(src, tgt, batch_size, pad_id=self.pad_id, rng=rng, with_src_len=self.with_src_len, **options)
+
+    def vocab_overrides(self, model: str) -> dict[str, int]:
+        """The config overrides that size `model`'s embeddings and output layer to this corpus.
+
+        Raises ValueError if the model trains on another dataset or expects other special ids.
+        """
+        spec = catalogue.get(model)
+        if documents.dataset_for_model(model) != self.name:
+            raise ValueError(f"model {model!r} trains on {documents.dataset_for_model(model)}, not on the {self.name} corpus")
+        ids = {"pad_id": spec.pad_id, "sos_id": spec.sos_id, "eos_id": spec.eos_id}
+        if any(self.special_ids[key] != value for key, value in ids.items()):
+            raise ValueError(f"model {model!r} expects special ids {ids}, the {self.name} corpus has {self.special_ids}")
+        overrides = {spec.vocab_keys[0]: len(self.src_vocab), spec.vocab_keys[1]: len(self.tgt_vocab)}
+        if len(set(spec.vocab_keys)) == 1 and len(self.src_vocab) != len(self.tgt_vocab):
+            raise ValueError(
+                f"model {model!r} has one vocabulary, the corpus has {len(self.src_vocab)} and {len(self.tgt_vocab)}"
+            )
+        return overrides
+
+    def save(self, folder: str | os.PathLike) -> None:
+        """Write `src_vocab.json`, `tgt_vocab.json` and then `corpus.npz` (ids + vocabulary fingerprints), each atomically."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        self.src_vocab.save(folder / SRC_VOCAB_FILE)
+        self.tgt_vocab.save(folder / TGT_VOCAB_FILE)
+        meta = {"format": CORPUS_FORMAT, "name": self.name, "special_ids": self.special_ids, "options": self.options}
+        meta.update(
+            src_fingerprint=self.src_vocab.fingerprint, tgt_fingerprint=self.tgt_vocab.fingerprint, splits=list(self.splits)
+        )
+        arrays = {"meta": _json_array(meta), "references": _json_array(self.references)}
+        for split, sides in self.splits.items():
+            for side, sequences in zip(("src", "tgt"), sides, strict=True):
+                lengths = _lengths(sequences)
+                arrays[f"{split}/{side}/ids"] = np.concatenate([*sequences, np.zeros(0, np.int64)]).astype(np.int32)
+                arrays[f"{split}/{side}/offsets"] = np.concatenate([[0], np.cumsum(lengths)])
+        buffer = io.BytesIO()
+        np.savez_compressed(buffer, **arrays)
+        write_atomic(folder / CORPUS_FILE, buffer.getvalue())  # last: a corpus.npz always has its vocabularies
+
+    @classmethod
+    def load(cls, folder: str | os.PathLike) -> Corpus:
+        """Read a corpus written by `save`; needs numpy only. Any inconsistency raises ValueError."""
+        folder = Path(folder)
+        path = folder / CORPUS_FILE
+        if not path.is_file():
+            raise ValueError(
+                f"no saved corpus at {folder}: expected {CORPUS_FILE}, {SRC_VOCAB_FILE} and {TGT_VOCAB_FILE} (Corpus.save)"
+            )
+        src_vocab, tgt_vocab = Vocab.load(folder / SRC_VOCAB_FILE), Vocab.load(folder / TGT_VOCAB_FILE)
+        try:
+            with np.load(path, allow_pickle=False) as npz:
+                arrays = {key: npz[key] for key in npz.files}
+            meta, references = _from_json_array(arrays.pop("meta")), _from_json_array(arrays.pop("references"))
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, zlib.error, UnicodeDecodeError) as error:
+            raise ValueError(f"saved corpus {path} is unreadable (truncated or corrupt?): {error}") from None
+        keys = ("name", "special_ids", "options", "src_fingerprint", "tgt_fingerprint", "splits")
+        if not isinstance(meta, dict) or meta.get("format") != CORPUS_FORMAT or any(key not in meta for key in keys):
+            raise ValueError(f"saved corpus {path} is not a {CORPUS_FORMAT} file (its metadata lacks {', '.join(keys)})")
+        for side, vocab, vocab_file in (("src", src_vocab, SRC_VOCAB_FILE), ("tgt", tgt_vocab, TGT_VOCAB_FILE)):
+            if meta[f"{side}_fingerprint"] != vocab.fingerprint:
+                raise ValueError(
+                    f"saved corpus {path} was made with another {side} vocabulary than {folder / vocab_file} "
+                    f"(fingerprint {meta[f'{side}_fingerprint'][:12]} vs {vocab.fingerprint[:12]}); save the corpus again"
+                )
+        sides = (("src", src_vocab), ("tgt", tgt_vocab))
+        splits = {}
+        for split in meta["splits"]:
+            splits[split] = tuple(_sequences(arrays, f"{split}/{side}", len(vocab), path) for side, vocab in sides)
+        return cls(meta["name"], src_vocab, tgt_vocab, meta["special_ids"], splits, references, meta["options"])
+
+
+def _json_array(value) -> np.ndarray:
+    return np.frombuffer(json.dumps(value, ensure_ascii=False).encode(), dtype=np.uint8)
+
+
+def _from_json_array(array: np.ndarray):
+    return json.loads(array.tobytes().decode("utf-8"))
+
+
+def _sequences(arrays: dict, key: str, vocab_size: int, path: Path) -> list[np.ndarray]:
+    """The id arrays stored flat under `key`, checked against the vocabulary size."""
+    try:
+        ids, offsets = arrays[f"{key}/ids"].astype(np.int64), arrays[f"{key}/offsets"]
+    except KeyError:
+        raise ValueError(f"saved corpus {path} lacks {key} (truncated or corrupt?)") from None
+    if offsets.ndim != 1 or offsets[0] != 0 or offsets[-1] != len(ids) or (np.diff(offsets) < 0).any():
+        raise ValueError(f"saved corpus {path}: the offsets of {key} do not fit its ids (corrupt?)")
+    if len(ids) and (ids.min() < 0 or ids.max() >= vocab_size):
+        raise ValueError(f"saved corpus {path}: {key} holds ids outside its vocabulary [0, {vocab_size})")
+    return np.split(ids, offsets[1:-1]) if len(offsets) > 1 else []
+
+
+def check_count(name: str, value, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)

@@ -1,0 +1,330 @@
+"""Port your own model: weights between a torch `nn.Module` and a Keras model built from standard layers.
+
+`convert(source, target)` walks both models' layers by attribute path (torch_impl.conversion and
+tf_impl.conversion name each weight-owning *leaf* and read and write it in the canonical layout, through the
+leaf rules of shared.core.canonical), pairs the leaves of the two models, and copies the weights across:
+
+1. pairs the key map names (`{"source path": "target path"}`, or a shared.port.layouts key map whose renames
+   turn source paths into target paths);
+2. then leaves of the same path and kind (a model and its mirrored twin);
+3. then the rest by kind, in order (a Keras `Sequential` names its layers `lstm`, `lstm_1`, ...).
+
+Strict: every source weight is used once and every target weight filled; otherwise one ValueError lists
+the target leaves left empty, the source leaves left over, the pairs whose shapes or configuration differ,
+and proposes a key map pairing the leftovers by shape. A stacked recurrent layer is one leaf per layer
+(`rnn[0]`, `rnn[1]`), so torch's `nn.LSTM(num_layers=2, bidirectional=True)` pairs with two Keras
+`Bidirectional(LSTM)` layers.
+
+Stock Keras `LSTM` and `SimpleRNN` hold one bias where torch holds two: torch to Keras sums them (the
+forward pass is equal; training is not, see shared.core.canonical) and says so in `Conversion.notes`;
+Keras to torch puts the bias in `b_ih` and zeros `b_hh`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+import math
+import warnings
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import numpy as np
+
+from shared import stacks
+from shared.port import layouts, references
+
+SUMMED_NOTE = (
+    "{targets}: a stock Keras {layer} holds one bias, so b_ih + b_hh were summed into it: the forward pass is "
+    "equal, training is not (torch gives each of its two biases the gradient, the sum moves twice as far); "
+    "for training equal to torch build it with tf_impl.keras_compat.layers.TorchLSTMCell / TorchRNNCell / TorchLSTM"
+)
+ZEROED_NOTE = "{targets}: the Keras {layer}'s one bias went to b_ih, b_hh is zeros (the forward pass is equal)"
+
+
+@dataclasses.dataclass
+class Leaf:
+    """One weight-owning layer of a model, as a stack's walk sees it.
+
+    Args:
+        path: attribute path (`encoder.rnn`; `rnn[1]` for layer 1 of a stacked recurrent layer; a Keras
+            functional or Sequential model's layer by its name).
+        kind: the leaf rule's kind: linear, embedding, rnn, gru, lstm, layer_norm, conv1d, parameter.
+        layer: what the user wrote, for messages (`nn.LSTM layer 1`, `Bidirectional(LSTM)`).
+        shapes: canonical suffix -> shape, in torch's layout (`weight_ih_l0`, `bias`, ...).
+        facts: configuration both sides must share for equal outputs (activation, eps, stride, ...).
+        read: () -> the canonical arrays; write: canonical arrays -> None (cast to the leaf's dtype).
+        summed: a stock Keras cell holding one bias (b_ih + b_hh).
+        handles: the framework's weight objects behind it (a walk finds the weights no leaf covers).
+    """
+
+    path: str
+    kind: str
+    layer: str
+    shapes: dict[str, tuple]
+    facts: dict[str, object]
+    read: Callable[[], dict[str, np.ndarray]]
+    write: Callable[[Mapping[str, np.ndarray]], None]
+    summed: bool = False
+    handles: list = dataclasses.field(default_factory=list)
+
+    def describe(self) -> str:
+        return f"{self.path} ({self.layer})"
+
+
+@dataclasses.dataclass
+class Pair:
+    source: Leaf
+    target: Leaf
+    how: str  # "key map", "name" or "order"
+
+
+@dataclasses.dataclass
+class Conversion:
+    """What `convert` did: every pair of leaves and how it was made, and what the user should know."""
+
+    source_stack: str
+    target_stack: str
+    pairs: list[Pair]
+    notes: list[str]
+    weights: int  # arrays copied
+    values: int  # numbers copied
+
+    def render(self) -> str:
+        lines = [f"{len(self.pairs)} layers paired ({self.weights} arrays, {self.values:,} values), "
+                 f"{self.source_stack} -> {self.target_stack}:"]  # fmt: skip
+        width = max((len(pair.source.describe()) for pair in self.pairs), default=0)
+        lines += [f"  {pair.source.describe():{width}s} -> {pair.target.describe()}  [{pair.how}]" for pair in self.pairs]
+        lines += [f"note: {note}" for note in self.notes]
+        return "\n".join(lines)
+
+
+def stack_of(model) -> str:
+    """ "torch" for an nn.Module, "tf" for a Keras layer or model; ValueError otherwise."""
+    stack = references.stack_of(model)
+    if stack is None or isinstance(model, (tuple, list, dict)):
+        raise ValueError(f"not a torch nn.Module or a Keras model: {type(model).__name__}")
+    return stack
+
+
+def walker(stack: str):
+    return stacks.import_module(stack, "conversion")
+
+
+def convert(source, target, key_map=None, rules=None) -> Conversion:
+    """Copy the weights of `source` (a torch nn.Module or a Keras model) into `target` (the other stack's).
+
+    Args:
+        key_map: `{source path: target path}` for the pairs the walk cannot find, a shared.port.layouts KeyMap
+            (its renames turn source paths into target paths), or the path of a JSON file of either.
+        rules: the leaf rule table (shared.core.canonical.RULES); tests pass a wrong one to prove it is caught.
+    Raises ValueError naming every leaf that could not be paired or filled (nothing is written then).
+    """
+    source_stack, target_stack = stack_of(source), stack_of(target)
+    if source_stack == target_stack:
+        raise ValueError(f"both models are {source_stack} models: convert ports between torch and Keras")
+    source_leaves = walker(source_stack).leaves(source, rules)
+    target_leaves = walker(target_stack).leaves(target, rules)
+    pairs = pair_leaves(source_leaves, target_leaves, _pairs_named(key_map))
+    for pair in pairs:
+        pair.target.write(pair.source.read())
+    notes = _notes(pairs)
+    for note in (note for note, drifts in notes if drifts):  # said also where a notebook ignores the report
+        warnings.warn(note, stacklevel=2)
+    return Conversion(source_stack, target_stack, pairs, [note for note, _ in notes], sum(len(p.source.shapes) for p in pairs),
+                      sum(math.prod(shape) for p in pairs for shape in p.source.shapes.values()))  # fmt: skip
+
+
+def _notes(pairs: list[Pair]) -> list[tuple[str, bool]]:
+    """One note per kind of summed-bias layer: torch to Keras summed (training drifts), or Keras to torch."""
+    grouped: dict[tuple[str, str], list[str]] = {}
+    for pair in pairs:
+        if pair.target.summed or pair.source.summed:
+            template, layer = (SUMMED_NOTE, pair.target.layer) if pair.target.summed else (ZEROED_NOTE, pair.source.layer)
+            grouped.setdefault((template, layer), []).append(pair.target.path)
+    return [(template.format(targets=", ".join(paths), layer=layer), template is SUMMED_NOTE)
+            for (template, layer), paths in grouped.items()]  # fmt: skip
+
+
+# ---- pairing ----
+
+
+def _pairs_named(key_map) -> Callable[[str], str | None]:
+    """The key map as a function: source path -> the target path it names, or None."""
+    if key_map is None:
+        return lambda path: None
+    if isinstance(key_map, (str, Path)):
+        key_map = _load_key_map(Path(key_map))
+    if isinstance(key_map, layouts.KeyMap):
+        rules = key_map.renames
+        return lambda path: next((renamed for rule in rules if (renamed := rule.apply(path)) is not None), None)
+    if isinstance(key_map, Mapping):
+        return lambda path: key_map.get(path)
+    given = type(key_map).__name__
+    raise ValueError(f"key_map takes {{source path: target path}}, a shared.port.layouts.KeyMap or a JSON file, got {given}")
+
+
+def _load_key_map(path: Path):
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        raise ValueError(f"key map {path}: cannot read it ({error})") from None
+    if isinstance(data, dict) and "renames" in data:
+        return layouts.parse(data, str(path))
+    if isinstance(data, dict) and all(isinstance(v, str) for v in data.values()):
+        return data
+    raise ValueError(f'key map {path}: expected {{"source path": "target path", ...}} or {{"renames": [...]}}')
+
+
+def pair_leaves(sources: list[Leaf], targets: list[Leaf], named: Callable[[str], str | None]) -> list[Pair]:
+    """Pair by the key map, then by path and kind, then by kind in order; strict (see the module docstring)."""
+    by_path = {leaf.path: leaf for leaf in targets}
+    unknown = [f"{leaf.path} -> {named(leaf.path)}" for leaf in sources if named(leaf.path) not in (None, *by_path)]
+    if unknown:
+        raise ValueError(f"the key map names target layers the target model does not have: {', '.join(unknown)} "
+                         f"(its layers: {', '.join(by_path)})")  # fmt: skip
+    pairs, free, paired = [], dict(by_path), set()
+
+    def add(leaf: Leaf, found: Leaf, how: str) -> None:
+        pairs.append(Pair(leaf, free.pop(found.path), how))
+        paired.add(id(leaf))
+
+    for how, match in (("key map", lambda leaf: named(leaf.path)), ("name", lambda leaf: leaf.path)):
+        for leaf in sources:
+            found = free.get(match(leaf))
+            if found is not None and id(leaf) not in paired and (how == "key map" or found.kind == leaf.kind):
+                add(leaf, found, how)
+    leftover = [leaf for leaf in sources if id(leaf) not in paired]
+    for kind in dict.fromkeys(leaf.kind for leaf in leftover):
+        same = [leaf for leaf in free.values() if leaf.kind == kind]
+        for leaf, found in zip([leaf for leaf in leftover if leaf.kind == kind], same, strict=False):  # the rest: errors
+            add(leaf, found, "order")
+    order = {id(leaf): index for index, leaf in enumerate(sources)}
+    pairs.sort(key=lambda pair: order[id(pair.source)])
+    _check(pairs, [leaf for leaf in sources if id(leaf) not in paired], list(free.values()))
+    return pairs
+
+
+def _check(pairs: list[Pair], unused: list[Leaf], empty: list[Leaf]) -> None:
+    """One ValueError listing every problem, with a key map pairing the leftovers by shape."""
+    wrong = [p for p in pairs if p.source.shapes != p.target.shapes]
+    misshaped = [f"{p.source.describe()} -> {p.target.describe()}: {_shapes(p.source)} != {_shapes(p.target)}" for p in wrong]
+    differing = [f"{p.source.path} -> {p.target.path}: {problem}" for p in pairs for problem in _fact_problems(p)]
+    problems = [
+        ("target layers left empty", [leaf.describe() for leaf in empty]),
+        ("source layers left over", [leaf.describe() for leaf in unused]),
+        ("mis-shaped pairs", misshaped),
+        ("configuration differs", differing),
+    ]
+    lines = [f"{title}: {'; '.join(items)}" for title, items in problems if items]
+    proposal = _propose([*unused, *(p.source for p in wrong)], [*empty, *(p.target for p in wrong)])
+    if proposal:
+        lines.append(f"pairs proposed by shape (a key map for key_map / --key-map): {json.dumps(proposal)}")
+    if lines:
+        raise ValueError("the models do not pair: " + " | ".join(lines))
+
+
+def _propose(sources: list[Leaf], targets: list[Leaf]) -> dict[str, str]:
+    """Each source leaf with the first free target leaf of its kind and shapes."""
+    free, proposal = list(targets), {}
+    for leaf in sources:
+        match = next((t for t in free if t.kind == leaf.kind and t.shapes == leaf.shapes), None)
+        if match is not None:
+            proposal[leaf.path] = match.path
+            free.remove(match)
+    return proposal
+
+
+def _shapes(leaf: Leaf) -> str:
+    return ", ".join(f"{suffix or 'value'} {tuple(shape)}" for suffix, shape in leaf.shapes.items())
+
+
+def _fact_problems(pair: Pair) -> list[str]:
+    """Each configuration fact the two leaves state differently (both must state it)."""
+    a, b = pair.source.facts, pair.target.facts
+    return [f"{name} {a[name]!r} != {b[name]!r}" for name in a if name in b and not _same(a[name], b[name])]
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, float) or isinstance(b, float):
+        return math.isclose(float(a), float(b), rel_tol=1e-9)
+    return a == b
+
+
+# ---- verification: the two models' outputs side by side ----
+
+
+def map_inputs(inputs, fn):
+    """`fn` applied to each array of a verification batch: an array, a tuple (or list) or a dict of arrays."""
+    if isinstance(inputs, Mapping):
+        return {key: fn(value) for key, value in inputs.items()}
+    if isinstance(inputs, (tuple, list)):
+        return tuple(fn(value) for value in inputs)
+    return fn(inputs)
+
+
+def positional(function) -> list[str]:
+    """The positional parameters of a model's `forward`/`call` a verification batch may be spread over."""
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.VAR_POSITIONAL)
+    parameters = inspect.signature(function).parameters.values()
+    return [p.name for p in parameters if p.kind in kinds and p.name not in ("training", "mask")]
+
+
+def outputs(model_or_fn, inputs) -> dict[str, np.ndarray]:
+    """The outputs of a model (run by its stack in inference mode, floats cast to its dtype) or of a plain
+    callable `fn(inputs)`, flattened: `output`, or `output[0]`, `output[1][0]`, ... and dict keys by name."""
+    try:
+        stack = walker(stack_of(model_or_fn))
+    except ValueError:
+        if not callable(model_or_fn):
+            raise ValueError(f"verify takes models or callables, got {type(model_or_fn).__name__}") from None
+        return _flatten(model_or_fn(inputs), "output", np.asarray)
+    return _flatten(stack.run(model_or_fn, inputs), "output", stack.numpy)
+
+
+def _flatten(value, name: str, to_numpy) -> dict[str, np.ndarray]:
+    if value is None:
+        return {}
+    if isinstance(value, Mapping):
+        return {key: array for name, item in value.items() for key, array in _flatten(item, str(name), to_numpy).items()}
+    if isinstance(value, (tuple, list)):
+        found = {}
+        for index, item in enumerate(value):
+            found.update(_flatten(item, f"{name}[{index}]", to_numpy))
+        return found
+    return {name: np.asarray(to_numpy(value))}
+
+
+def verify(source_fn, target_fn, inputs, measured: tuple | None = None):
+    """The outputs of `source_fn` and `target_fn` on `inputs`, side by side: max |diff| per output.
+
+    Each of the two is a torch `nn.Module`, a Keras model or a plain callable `fn(inputs)`; `inputs` is a
+    numpy array, a tuple or a dict of them (a model is given a tuple spread over its arguments, a dict by
+    name; floats are cast to the model's dtype). Where both compute in float64 the bound is the equality
+    policy's float64 port bound (scaled to each output's largest |value|), else its float32 output bound.
+    `measured`: another (source, target) pair, typically the float32 models beside float64 ones, compared
+    on the same inputs and printed beside, never deciding. Returns a shared.port.verification.Check.
+    """
+    from shared.catalogue import Tolerance
+    from shared.port.verification import SCALED_BOUND, Check, bounds, close
+
+    def compare(source, target) -> tuple[str, tuple[float, float], list]:
+        expected, actual = outputs(source, inputs), outputs(target, inputs)
+        dtype = "float64" if all(a.dtype == np.float64 for a in (*expected.values(), *actual.values())) else "float32"
+        atol, rtol = bounds(Tolerance(), dtype)
+        if len(expected) != len(actual):
+            raise ValueError(f"the source gives {len(expected)} outputs ({', '.join(expected)}), the target {len(actual)} "
+                             f"({', '.join(actual)}): they cannot be compared")  # fmt: skip
+        rows = [close(name, got, expected[name], atol, rtol, scaled=dtype == "float64")
+                for name, got in zip(expected, actual.values(), strict=True)]  # fmt: skip
+        return dtype, (atol, rtol), rows
+
+    dtype, (atol, rtol), components = compare(source_fn, target_fn)
+    bound = SCALED_BOUND.format(atol=atol) if dtype == "float64" else f"{atol:g} abs + {rtol:g} rel"
+    count = f"{len(components)} output{'' if len(components) == 1 else 's'}"
+    check = Check(f"the target against the source, {count}", dtype, bound, components)
+    if measured is not None:
+        check.measured_dtype, _, rows = compare(*measured)
+        check.measured = {row.name: row for row in rows}
+    return check

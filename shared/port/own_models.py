@@ -1,0 +1,138 @@
+"""`rosetta port SRC DST --torch-model MODULE:FACTORY --keras-model MODULE:FACTORY`: a checkpoint of the
+user's own model classes, ported between torch and Keras by shared.port.conversion and verified on their models.
+
+FACTORY() returns the user's model, untrained (a torch `nn.Module`; a Keras model, built here on the
+`--inputs` batch where it has no weights yet). The source file is loaded into the source side's model (a
+`.keras` source is its own model and needs no factory), the weights are converted into a fresh target model
+(strict: see shared.port.conversion), and the two models' outputs are compared on the `--inputs` batch: in
+float64 where both can be built in float64 (the factory called under a float64 default, the weights
+widened exactly and converted again), float32 measured beside it. The written file is read back into a
+fresh model and must give the same outputs bit for bit. Nothing is written unless all of that holds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+
+import numpy as np
+
+from shared import stacks
+from shared.port import port_files, porting, references
+from shared.port.conversion import Conversion, convert, outputs, verify
+from shared.port.verification import Check, close, render_check
+
+STACK_OF_FORMAT = {"torch": "torch", "safetensors": "torch", "keras_weights": "tf", "keras": "tf"}
+FLAGS = {"torch": "--torch-model", "tf": "--keras-model"}
+
+
+@dataclasses.dataclass
+class OwnPort:
+    source: port_files.Endpoint
+    destination: port_files.Endpoint
+    conversion: Conversion
+    checks: list[Check]
+
+    @property
+    def ok(self) -> bool:
+        return all(check.ok for check in self.checks)
+
+    def render(self) -> str:
+        lines = [f"{self.source.describe()} -> {self.destination.describe()}", self.conversion.render()]
+        for check in self.checks:
+            lines += render_check(check)
+        failed = next((c.name for check in self.checks for c in check.components if not c.ok), None)
+        lines.append("ported." if failed is None else f"not ported: {failed} differs (nothing written)")
+        return "\n".join(lines)
+
+
+def port_own(source, destination, torch_model: str | None = None, keras_model: str | None = None, inputs=None,
+             key_map=None, force: bool = False, to: str | None = None, source_format: str | None = None) -> OwnPort:  # fmt: skip
+    """Port `source` to `destination` through the user's own model classes; see the module docstring.
+
+    Args:
+        torch_model, keras_model: `MODULE:FACTORY` of each side (the `.keras` source's side may omit it).
+        inputs: an `.npz` batch the models are run on (arrays `arr_0`, `arr_1`, ... as a tuple; else by name).
+        key_map: pairs the walk cannot find (shared.port.conversion.convert).
+    """
+    src = port_files.endpoint(source, source_format)
+    dst = port_files.endpoint(destination, to, destination=True)
+    sides = (_stack(src.format, source), _stack(dst.format, destination))
+    if sides[0] == sides[1]:
+        raise ValueError(f"{src.text} and {dst.text} are both {sides[0]} files: port between a torch and a Keras file")
+    port_files.check_destination(src, dst, force)
+    factories = _factories(torch_model, keras_model, needed={sides[1]} | ({sides[0]} - _self_contained(src)))
+    batch = _load_batch(inputs)
+    source_stack, target_stack = (stacks.import_module(side, "conversion") for side in sides)
+    model = None if src.format.name == "keras" else source_stack.build(factories[sides[0]], "float32", batch)
+    source32 = source_stack.load_file(model, src.path, src.format.name, factories.get(sides[0]), batch)
+    target32 = target_stack.build(factories[sides[1]], "float32", batch)
+    with warnings.catch_warnings():  # its notes are printed with the report
+        warnings.simplefilter("ignore")
+        conversion = convert(source32, target32, key_map)
+    check = _verify_in_float64(source_stack, source32, target_stack, target32, factories, sides, batch, key_map)
+    with port_files.staged_beside(dst.path) as staged:
+        target_stack.save_file(target32, staged, dst.format.name)
+        fresh = None if dst.format.name == "keras" else target_stack.build(factories[sides[1]], "float32", batch)
+        back = target_stack.load_file(fresh, staged, dst.format.name, factories[sides[1]], batch)
+        report = OwnPort(src, dst, conversion, [check, _read_back(target32, back, batch)])
+        if report.ok:
+            port_files.move_into_place(staged, dst.path, force)
+        return report
+
+
+def _stack(fmt: port_files.Format, text) -> str:
+    if fmt.name not in STACK_OF_FORMAT:
+        known = ", ".join(port_files.FORMATS[name].suffix for name in STACK_OF_FORMAT)
+        raise ValueError(f"{text}: your own models port between {known} files, not a {fmt.description}")
+    return STACK_OF_FORMAT[fmt.name]
+
+
+def _self_contained(src: port_files.Endpoint) -> set[str]:
+    """The sides whose model the source file holds whole (a `.keras` file)."""
+    return {"tf"} if src.format.name == "keras" else set()
+
+
+def _factories(torch_model: str | None, keras_model: str | None, needed: set[str]) -> dict:
+    import torch  # noqa: F401  (torch before tensorflow in one process)
+
+    given = {"torch": torch_model, "tf": keras_model}
+    missing = [FLAGS[side] for side in ("torch", "tf") if side in needed and given[side] is None]
+    if missing:
+        raise ValueError(f"name your model's factory with {' and '.join(missing)} MODULE:FACTORY (FACTORY() returns the model)")
+    return {side: references.load_callable(text, FLAGS[side]) for side, text in given.items() if text is not None}
+
+
+def _load_batch(path) -> tuple | dict:
+    """The `--inputs` batch: positional arrays (`np.savez(path, x, lengths)`) as a tuple, named ones as a dict."""
+    if path is None:
+        raise ValueError("--inputs BATCH.npz is needed to verify your models: the arrays your models are called on "
+                         "(np.savez('batch.npz', x) for model(x); several arrays go in order, named ones by name)")  # fmt: skip
+    arrays = porting.load_inputs(path)
+    if arrays and all(key == f"arr_{index}" for index, key in enumerate(arrays)):
+        values = tuple(arrays.values())
+        return values[0] if len(values) == 1 else values
+    return arrays
+
+
+def _verify_in_float64(source_stack, source32, target_stack, target32, factories, sides, batch, key_map) -> Check:
+    """The float64 twins converted and compared, the float32 pair beside; float32 alone where a side cannot
+    be built in float64 (a Keras model fixing its own dtype)."""
+    source64 = source_stack.float64_twin(source32, factories.get(sides[0]), batch)
+    target64 = target_stack.build(factories[sides[1]], "float64", batch)
+    if source64 is None or target64 is None:
+        check = verify(source32, target32, batch)
+        check.title += " (float64: the Keras model cannot be built in float64)"
+        return check
+    with warnings.catch_warnings():  # the float32 conversion has said it
+        warnings.simplefilter("ignore")
+        convert(source64, target64, key_map)
+    return verify(source64, target64, batch, measured=(source32, target32))
+
+
+def _read_back(written, back, batch) -> Check:
+    """The file as written, read into a fresh model: its outputs must equal the ported model's bit for bit."""
+    expected, actual = outputs(written, batch), outputs(back, batch)
+    components = [close(name, actual.get(name), value, 0.0, 0.0) for name, value in expected.items()]
+    dtype = str(np.result_type(*expected.values())) if expected else "float32"
+    return Check("the written file read back into a fresh model", dtype, "bit for bit", components)

@@ -1,0 +1,291 @@
+"""`rosetta port`: a trained model from one stack's file to the other's, verified component by component.
+
+Formats, read from the file name (`--from` / `--to` name them otherwise): a PyTorch `.pt` state_dict or
+checkpoint `{"model", "optimizer"}` (read with `weights_only=True`: a file holding pickled code is refused,
+never run), canonical `.safetensors` (the state_dict layout, no code), Keras `.weights.h5`, a whole Keras
+model `.keras` (safe mode), and a TensorFlow checkpoint (`tf.train.Checkpoint`: its prefix, `.index` file,
+or folder). A source may come in parts (`encoder=PATH,decoder=PATH`, the TF tutorial's separate files).
+
+Another project's layout is a key map (shared.port.layouts: renames and transforms onto the catalogue model's
+canonical weights; the presets are the tutorials our documents follow). The config comes from the
+catalogue, the layout's options, the sizes the file's shapes show, then `--set`.
+
+A port reads the source into canonical arrays, writes the destination through its stack (and layout) into a
+temporary folder beside it, reads that back through the same readers, and verifies (shared.port.verification):
+the mapping in float64, float32 measured beside it, and the user's own model where one can run. Only a port
+that verifies is moved into place: a failed or refused port leaves nothing behind; the source is only read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import importlib.util
+import json
+
+import numpy as np
+
+from shared import catalogue
+from shared.core import optimizer_state
+from shared.io import atomic
+from shared.port import references
+from shared.port.conversion import convert, verify  # your own model: the public converter (shared/port/conversion.py)
+from shared.port.layouts import KeyMap
+from shared.port.port_files import (
+    FORMATS,
+    Endpoint,
+    Format,
+    Read,
+    check_destination,
+    endpoint,
+    import_stacks,
+    move_into_place,
+    read,
+    read_endpoint,
+    staged_beside,
+    write_endpoint,
+)
+from shared.port.verification import (
+    SCALED_BOUND,
+    Check,
+    Component,
+    against_reference,
+    bounds,
+    compare_components,
+    compare_optimizer_states,
+    render_check,
+)
+from shared.specs import Sizes
+from shared.verify.fixtures import synthetic_batch
+
+__all__ = ["FORMATS", "Component", "PortReport", "convert", "port", "read", "render", "verification_batch", "verify"]
+
+
+VERIFY_SIZES = Sizes(batch=3, src_len=7, tgt_len=6)  # the fixture sentences of a port's verification
+
+
+@dataclasses.dataclass
+class PortReport:
+    source: Endpoint
+    destination: Endpoint
+    model: str
+    config: dict
+    inferred: dict
+    weights: int
+    values: int
+    checks: list[Check]
+
+    @property
+    def components(self) -> list[Component]:
+        """Every component that decides, in check order."""
+        return [component for check in self.checks for component in check.components]
+
+    @property
+    def ok(self) -> bool:
+        return all(check.ok for check in self.checks)
+
+    @property
+    def first_failure(self) -> tuple[Check, Component] | None:
+        return next(((check, c) for check in self.checks for c in check.components if not c.ok), None)
+
+
+# ---- the port ----
+
+
+def port(source, destination, model: str | None = None, to: str | None = None, force: bool = False,
+         overrides: dict | None = None, inputs=None, dtype: str | None = None, with_optimizer: bool = False,
+         source_format: str | None = None, key_map: str | None = None, reference: str | None = None) -> PortReport:  # fmt: skip
+    """Port `source` to `destination` for catalogue model `model` (or the layout's); verify; move into place
+    if it verifies.
+
+    Args:
+        to, source_format: the destination's and the source's format or preset (`--to`, `--from`).
+        key_map: a key-map file for the source's layout (shared.port.layouts).
+        reference: `MODULE:CALLABLE`, the user's model to verify against (shared.port.references).
+        dtype: the precision of the written file (default: the source's).
+        with_optimizer: port Adam's moments and step counter too, compared exactly after reading back.
+
+    Raises ValueError for a request that cannot be carried out (unknown model, format or layout, a file of
+    another model, an unreadable file, an existing destination without `force`).
+    """
+    src = endpoint(source, source_format, key_map)
+    dst = endpoint(destination, to, destination=True)
+    name = _model_name(model, src.layout, dst.layout)
+    check_destination(src, dst, force)
+    names = _stacks_for(src.format, dst.format)  # (source's, destination's): may be the same
+    stacks = import_stacks(*names)
+    source_stack, destination_stack = (stacks[stack] for stack in names)
+    found = read_endpoint(src, source_stack, name, dtype, overrides or {}, with_optimizer)
+    dtype = found.dtype
+    config = _destination_config(dst.layout, found.config)
+    state_copies = 3 if found.state else 1  # the weights, and Adam's two moments of each
+    atomic.check_free_space(dst.path.parent, state_copies * sum(np.asarray(a).nbytes for a in found.weights.values()))
+    with staged_beside(dst.path) as staged:
+        write_endpoint(dst, staged, destination_stack, name, config, dtype, found.weights, found.state)
+        back = read_endpoint(dataclasses.replace(dst, path=staged), destination_stack, name, dtype, config, with_optimizer)
+        models = Models(name, {"source": (source_stack, found), "destination": (destination_stack, back)})
+        checks = _checks(models, dtype, found, back, inputs)
+        checks += _reference_checks(models, src, dataclasses.replace(dst, path=staged), reference)
+        report = PortReport(src, dst, name, config, found.inferred, len(found.weights),
+                            sum(np.size(array) for array in found.weights.values()), checks)  # fmt: skip
+        if report.ok:
+            move_into_place(staged, dst.path, force)
+        return report
+
+
+def _model_name(model: str | None, *ends: KeyMap) -> str:
+    """`--model`, or the model the layouts name; they must agree."""
+    named = {end.model for end in ends if end.model}
+    if model is None and not named:
+        raise ValueError("name the catalogue model: --model NAME (rosetta models lists them), or a preset with --from/--to")
+    chosen = model or sorted(named)[0]
+    catalogue.get(chosen)  # an unknown name fails first, listing the known ones
+    if named - {chosen}:
+        raise ValueError(f"the layouts port model {' and '.join(sorted(named))}, not {chosen!r}")
+    return chosen
+
+
+def _destination_config(layout: KeyMap, config: dict) -> dict:
+    """The destination layout's options must be the source's: a port keeps the function."""
+    differ = [f"{key}={value!r}" for key, value in layout.config.items() if config.get(key) != value]
+    if differ:
+        have = ", ".join(f"{key}={config.get(key)!r}" for key in layout.config)
+        hint = " ".join(f"--set {key}={json.dumps(value)}" for key, value in layout.config.items())
+        raise ValueError(f"layout {layout.name} needs {', '.join(differ)}; the source has {have} (a weights file "
+                         f"names no options: if its model was built so, pass {hint})")  # fmt: skip
+    return config
+
+
+class Models:
+    """The port's two sides as models, built once per precision: the source read (`source`) and the written
+    file read back (`destination`), each in its stack, holding its canonical weights (widened exactly to
+    float64 where asked)."""
+
+    def __init__(self, name: str, sides: dict):
+        self.name, self.sides, self._built = name, sides, {}
+
+    def stack(self, side: str):
+        return self.sides[side][0]
+
+    def get(self, side: str, dtype: str):
+        if (side, dtype) not in self._built:
+            stack, found = self.sides[side]
+            model = stack.build(self.name, dtype, **found.config)
+            stack.set_weights(model, found.weights)
+            self._built[side, dtype] = model
+        return self._built[side, dtype]
+
+    def pair(self, dtype: str) -> tuple:
+        """(source stack, source model, destination stack, destination model) in `dtype`: verify's arguments."""
+        return self.stack("source"), self.get("source", dtype), self.stack("destination"), self.get("destination", dtype)
+
+
+def _checks(models: Models, dtype: str, found: Read, back: Read, inputs) -> list[Check]:
+    """The mapping, in float64 (deciding), float32 measured beside it; Adam's state (exact)."""
+    name = models.name
+    batches = [verification_batch(name, found.config)] + ([load_inputs(inputs)] if inputs else [])
+    decided = compare_components(name, "float64", *models.pair("float64"), batches)
+    atol, _ = bounds(catalogue.get(name).tolerance, "float64")
+    check = Check("the mapping: source model vs the written file read back", "float64", SCALED_BOUND.format(atol=atol), decided)
+    if dtype != "float64":
+        measured = compare_components(name, dtype, *models.pair(dtype), batches)
+        check.measured, check.measured_dtype = {component.name: component for component in measured}, dtype
+    checks = [check]
+    if found.state is not None:
+        moments = compare_optimizer_states(found.state, back.state, optimizer_state.MOMENTS)
+        checks.append(Check("Adam's state: source vs read back", "exact", "0", moments))
+    return checks
+
+
+def _reference_checks(models: Models, src: Endpoint, written: Endpoint, reference_text: str | None) -> list[Check]:
+    """The user's model against the port: the source's own model (--reference, the source layout's preset,
+    a .keras source) against the destination read back; the destination layout's own model, holding the
+    written file, against the source."""
+    name, found = models.name, models.sides["source"][1]
+    batch = reference_batch(name, found.config)
+    checks = []
+    own = _own_reference(written, shown=f"the written file ({written.path.name})")
+    for made, side in ((_source_reference(src, reference_text, name), "destination"), (own, "source")):
+        if made is not None:
+            candidates = {precision: models.get(side, precision) for precision in ("float64", "float32")}
+            checks.append(against_reference(name, made, candidates, models.stack(side), batch))
+    return checks
+
+
+def _source_reference(src: Endpoint, reference_text: str | None, name: str):
+    """The source's own model: --reference, else the preset's shipped reference, else a .keras file's model."""
+    if reference_text is not None:
+        return references.make(reference_text, src.layout.runner, src.text)
+    if src.format.name == "keras":
+        return importlib.import_module("tf_impl.references").keras_file_reference(src.path, name)
+    return _own_reference(src)
+
+
+def _own_reference(end: Endpoint, shown: str | None = None):
+    """The layout's own model (a preset's transcription of the tutorial's classes) holding `end`'s file."""
+    if end.layout.reference is None:
+        return None
+    made = references.make(end.layout.reference, end.layout.runner, end.text)
+    made.title = f"{end.layout.name or end.layout.where}'s own model ({end.layout.reference}) holding {shown or end.text}"
+    return made
+
+
+def _stacks_for(source_format: Format, destination_format: Format) -> tuple[str, str]:
+    """The stacks that read the source and write the destination: a format's own; for canonical
+    safetensors the other end's other stack where it is installed, so the port is checked across stacks."""
+    installed = [name for name, package in (("torch", "torch"), ("tf", "tensorflow")) if importlib.util.find_spec(package)]
+    if not installed:
+        raise ValueError("porting needs torch or TensorFlow installed (pip install 'seq2seq-rosetta[torch,tf]')")
+
+    def pick(fmt: Format, other: str | None) -> str:
+        if fmt.stack is not None:
+            if fmt.stack not in installed:
+                raise ValueError(f"{fmt.description} files need the {fmt.stack} stack, which is not installed")
+            return fmt.stack
+        preferred = [name for name in installed if name != other] or installed
+        return preferred[0]
+
+    source = pick(source_format, destination_format.stack)
+    return source, pick(destination_format, source)
+
+
+def verification_batch(model: str, config: dict) -> dict[str, np.ndarray]:
+    """Random sentences of VERIFY_SIZES; with ragged source lengths (full, two thirds, one third, padded)
+    where the model masks padding, so the masks are checked too."""
+    batch = synthetic_batch(model, VERIFY_SIZES, config=config)
+    spec = catalogue.get(model)
+    if spec.variable_length:
+        lengths = np.maximum(1, VERIFY_SIZES.src_len * (VERIFY_SIZES.batch - np.arange(VERIFY_SIZES.batch)) // VERIFY_SIZES.batch)
+        batch["src_len"] = lengths  # [B]: 7, 4, 2
+        batch["src"] = np.where(np.arange(VERIFY_SIZES.src_len) < lengths[:, None], batch["src"], spec.pad_id)  # [B, S]
+    return batch
+
+
+def reference_batch(model: str, config: dict) -> dict[str, np.ndarray]:
+    """The sentences a reference sees: full length, no `src_len` (the tutorials' models do not mask padding)."""
+    batch = synthetic_batch(model, VERIFY_SIZES, seed=1, config=config)
+    return {key: value for key, value in batch.items() if key in ("src", "tgt_in", "query", "values")}
+
+
+def load_inputs(path) -> dict[str, np.ndarray]:
+    """A batch from an `.npz` file: `src` [B, S] (and `src_len` [B], `tgt_in` [B, T]); the contract checks it."""
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            return {key: archive[key] for key in archive.files}
+    except (OSError, ValueError) as error:
+        raise ValueError(f"{path}: not a readable .npz batch ({error})") from None
+
+
+def render(report: PortReport) -> str:
+    """What `rosetta port` prints: the port and its config, then each check, one line per component."""
+    lines = [
+        f"{report.source.describe()} -> {report.destination.describe()}: model {report.model}, "
+        f"{report.weights} weights, {report.values:,} values",
+    ]
+    if report.inferred:
+        lines.append("sizes read from the file: " + ", ".join(f"{key}={value}" for key, value in report.inferred.items()))
+    for check in report.checks:
+        lines += render_check(check)
+    failure = report.first_failure
+    lines.append("ported." if failure is None else f"not ported: {failure[1].where()} differs (nothing written)")
+    return "\n".join(lines)

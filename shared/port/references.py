@@ -1,0 +1,121 @@
+"""Verification against the user's own model: a *reference* runs the model a file came from (or goes to).
+
+`rosetta port --reference MODULE:CALLABLE` names a callable of the user's, `CALLABLE(path: str)`, that is
+given the checkpoint's path (for a source in parts, `encoder=PATH,decoder=PATH`, the same string) and
+returns either
+- their model with the file loaded, as they load it (a torch `nn.Module`, or a Keras model or layer): it is
+  called by the layout's *runner* (the presets name one; `--from PRESET`), in float64 where the model can
+  be (torch: a float64 copy; Keras: the callable is called again under a float64 dtype policy on a float64
+  copy of the file), else in its own float32; or
+- a function `batch -> logits` (or a dict of components): `batch` holds `src` `[B, S]` int64 and `tgt_in`
+  `[B, T]` int64 (decoder inputs, `<sos>` first), every source sentence full length (tutorial models do not
+  mask padding); `logits` is `[B, T, V]`, `logits[:, t]` predicting the token after `tgt_in[:, t]`. It is
+  compared at the precision it computes.
+
+A runner `RUNNER(model, batch) -> dict` returns `logits` and any of the components it can see, by the names
+of shared.core.taps plus `attention weights` (`[B, T, S]`); per decoder step ones are `[B, T, ...]`.
+
+A preset's own reference is our transcription of the tutorial's classes (torch_impl/references.py,
+tf_impl/references.py) holding the file, loaded the tutorial's way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from shared import stacks
+from shared.core.taps import COMPONENTS
+
+ATTENTION_WEIGHTS = "attention weights"
+LOGITS = "logits"
+KNOWN = (*COMPONENTS, ATTENTION_WEIGHTS, LOGITS)
+STACK_OF_MODULE = {"torch": "torch", "keras": "tf", "tensorflow": "tf", "tf_keras": "tf"}
+
+
+@dataclasses.dataclass
+class Reference:
+    """A runnable reference: what it is (for the report), the precision it runs in, and batch -> components."""
+
+    title: str
+    dtype: str
+    run: Callable[[dict], dict[str, np.ndarray]]
+
+
+def load_callable(text: str, what: str = "--reference") -> Callable:
+    """`MODULE:CALLABLE` imported (the current folder is on the path, as for `python -m`)."""
+    module_name, sep, attribute = text.partition(":")
+    if not sep or not module_name or not attribute:
+        raise ValueError(f"{what} takes MODULE:CALLABLE (e.g. my_nmt:load_model), got {text!r}")
+    if str(Path.cwd()) not in sys.path and "" not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise ValueError(f"{what} {text}: cannot import {module_name} ({error})") from None
+    found = module
+    for part in attribute.split("."):
+        found = getattr(found, part, None)
+        if found is None:
+            raise ValueError(f"{what} {text}: {module_name} has no {attribute}")
+    if not callable(found):
+        raise ValueError(f"{what} {text}: {attribute} is not callable")
+    return found
+
+
+def make(builder_text: str, runner_text: str | None, source: str) -> Reference:
+    """The reference `builder_text` builds from `source`, run by `runner_text` where it returns a model."""
+    builder = load_callable(builder_text)
+    made = builder(source)
+    stack = stack_of(made)
+    if stack is None:
+        if not callable(made):
+            raise ValueError(
+                f"--reference {builder_text} returned {type(made).__name__}: return a model or a function batch -> logits"
+            )
+        return Reference(
+            f"{builder_text}({source}), a function", "its own", lambda batch: as_components(made(batch), builder_text)
+        )
+    if runner_text is None:
+        raise ValueError(
+            f"--reference {builder_text} returned a {type(made).__name__}, and rosetta does not know how to call it: "
+            "name the layout it follows (--from PRESET, whose runner calls it) or return a function batch -> logits"
+        )
+    runner = load_callable(runner_text, "runner")
+    references = stacks.import_module(stack, "references")
+    model, dtype = references.in_float64(made, builder, source)
+    title = f"{builder_text}({source}), a {type(made).__name__} called by {runner_text}"
+    return Reference(title, dtype, lambda batch: as_components(runner(model, batch), runner_text))
+
+
+def stack_of(made) -> str | None:
+    """The framework of a returned model (by its class's module; for a pair or dict of parts, the first
+    part's), None for anything else."""
+    if isinstance(made, (tuple, list, dict)) and made:
+        return stack_of(next(iter(made.values())) if isinstance(made, dict) else made[0])
+    for cls in type(made).__mro__:
+        stack = STACK_OF_MODULE.get(cls.__module__.split(".")[0])
+        if stack is not None:
+            return stack
+    return None
+
+
+def as_components(output, where: str) -> dict[str, np.ndarray]:
+    """A reference's output as named numpy components: a bare array is the logits."""
+    if not isinstance(output, dict):
+        output = {LOGITS: output}
+    unknown = sorted(set(output) - set(KNOWN))
+    if unknown:
+        raise ValueError(f"{where} returned unknown components {', '.join(unknown)}; known: {', '.join(KNOWN)}")
+    return {name: _numpy(value) for name, value in output.items()}
+
+
+def _numpy(value) -> np.ndarray:
+    if hasattr(value, "detach"):  # a torch tensor
+        value = value.detach().cpu()
+    return np.asarray(value)

@@ -1,0 +1,346 @@
+"""`rosetta bench`: fair speed measurements of every catalogue model in both stacks.
+
+Fairness (docs/DESIGN.md "Speed, fairly"): one stack per process, the thread count fixed before the
+framework is imported and recorded, warm-up calls discarded, the first call's extra time reported
+as compile/trace time, medians and quartiles over repeats, peak memory per case (the process's peak
+RSS reset before each case on CPU, the framework's own peak counter on GPU), TF32 off on GPU.
+
+A case is one (model, task, impl, mode, sizes): task `train_step` (forward, backward, global-norm
+clip, Adam: the stack's `Trainer`) or `greedy` (greedy decoding of `tgt_len` steps, the compiled unit
+being one decoder step); impl `ours` or `as_written` (the document's own per-step computation, built
+with `as_written=True`). Each stack's `bench.py` builds the callables; this module orders the cases,
+times them, and writes one JSON file per run under `reports/results/<machine>/`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from shared import catalogue, documents, stacks
+from shared.io.atomic import write_atomic
+from shared.specs import Sizes, TrainSpec
+from shared.tools.machine import cpu_model, git_commit, machine_slug, thread_environment, time_calls
+from shared.verify.fixtures import synthetic_batch
+
+SCHEMA = 1
+# Keras's modes on each Keras 3 backend: JAX's compiled step is XLA itself (jit); Keras's torch backend runs eagerly
+KERAS_MODES = {"tensorflow": ("eager", "function", "xla"), "jax": ("eager", "xla"), "torch": ("eager",)}
+COMPILED_GREEDY_BACKENDS = {"tensorflow"}  # where greedy decoding's step compiles (tf.function); elsewhere eager only
+ALL_MODES = ("eager", "compile", "function", "xla")  # what --modes takes
+
+
+def keras_mode(backend: str, mode: str) -> str:
+    """A Keras row's mode, naming its backend unless TensorFlow: "xla", "jax-xla", "torch-eager"."""
+    return mode if backend == "tensorflow" else f"{backend}-{mode}"
+
+
+STACK_MODES = {
+    "torch": ("eager", "compile"),
+    "tf": tuple(keras_mode(backend, mode) for backend, modes in KERAS_MODES.items() for mode in modes),
+}
+COMPILED_MODES = {"compile", "xla"}  # slow to build: the default profile runs them at one thread count
+BENCH_SPEC = TrainSpec(lr=1e-3, clip_norm=1.0)  # every train step: Adam and global-norm clipping, teacher forcing on
+REVERSE_MODELS = tuple(name for name in catalogue.built() if catalogue.get(name).document == "001")
+
+
+def document_sizes(name: str) -> Sizes:
+    """The batch shape model `name` trains at in its document (shared.documents)."""
+    return documents.get(catalogue.get(name).document).sizes
+
+
+@dataclasses.dataclass(frozen=True)
+class Profile:
+    """What a bench run measures.
+
+    Attributes:
+        models: the catalogue models at their document sizes.
+        threads: CPU thread counts, one process each.
+        compiled_threads: the thread counts at which compiled modes (torch.compile, XLA) run.
+        sweep_models: models also timed over `seq_lens` (at the document batch) and `batches`.
+        as_written_modes: the modes in which the as-written baseline runs (per stack, the mode names).
+    """
+
+    name: str
+    models: tuple[str, ...]
+    threads: tuple[int, ...]
+    compiled_threads: tuple[int, ...]
+    sweep_models: tuple[str, ...]
+    seq_lens: tuple[int, ...] = (5, 10, 20, 40)
+    batches: tuple[int, ...] = (8, 32, 128)
+    as_written_modes: tuple[str, ...] = ("eager", "function")
+    modes: tuple[str, ...] | None = None  # only these modes (None: every mode of the stack)
+    tag: str = ""  # appended to the result file's name, for a run restricted to part of a profile
+    warmup: int = 3
+    repeats: int = 10
+    big_repeats: int = 5  # for cases whose warm call takes over a second
+
+
+PROFILES = {
+    "default": Profile(
+        name="default",
+        models=("additive_attention", *REVERSE_MODELS),
+        threads=(1, 2),
+        compiled_threads=(2,),
+        sweep_models=("reverse_bahdanau", "reverse_luong_general"),
+    ),
+    "full": Profile(
+        name="full",
+        models=tuple(catalogue.built()),
+        threads=(1, 2),
+        compiled_threads=(2,),
+        sweep_models=("reverse_bahdanau", "reverse_luong_general", "luong_general"),
+    ),
+    "smoke": Profile(  # tests: seconds, not minutes
+        name="smoke",
+        models=("reverse_bahdanau", "luong_dot"),
+        threads=(1,),
+        compiled_threads=(),
+        sweep_models=("reverse_bahdanau",),
+        seq_lens=(4, 8),
+        batches=(2,),
+        warmup=1,
+        repeats=2,
+        big_repeats=2,
+    ),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    model: str
+    task: str  # train_step | greedy
+    impl: str  # ours | as_written
+    mode: str
+    sweep: str  # document | seq_len | batch
+    sizes: Sizes
+
+
+def get_profile(name: str) -> Profile:
+    if name not in PROFILES:
+        raise ValueError(f"unknown bench profile {name!r}; known: {', '.join(PROFILES)}")
+    return PROFILES[name]
+
+
+def small_sizes(sizes: Sizes) -> Sizes:
+    """Sizes for the smoke profile: the document's shape shrunk so a case takes milliseconds."""
+    return Sizes(min(sizes.batch, 4), min(sizes.src_len, 6), min(sizes.tgt_len, 5))
+
+
+def _tasks(name: str) -> tuple[str, ...]:
+    return ("train_step", "greedy") if catalogue.get(name).variable_length else ("train_step",)
+
+
+def _sweep_sizes(profile: Profile, name: str) -> list[tuple[str, Sizes]]:
+    base = document_sizes(name)
+    by_length = [("seq_len", Sizes(base.batch, n, n)) for n in profile.seq_lens if n != base.src_len]
+    by_batch = [("batch", dataclasses.replace(base, batch=b)) for b in profile.batches if b != base.batch]
+    return by_length + by_batch
+
+
+def process_modes(stack: str, backend: str) -> tuple[str, ...]:
+    """The modes one bench process runs: torch's, or Keras's on its backend (plain names: eager, xla...)."""
+    return KERAS_MODES[backend] if stack == "tf" else STACK_MODES[stack]
+
+
+def cases(profile: Profile, stack: str, threads: int, device: str = "cpu", backend: str = "tensorflow") -> list[Case]:
+    """Every case of `profile` for one stack process (compiled modes only at `compiled_threads` on CPU); `backend`:
+    Keras's, for the tf stack."""
+    compiled_here = device != "cpu" or threads in profile.compiled_threads
+    modes = [m for m in process_modes(stack, backend) if compiled_here or m not in COMPILED_MODES]
+    modes = [m for m in modes if profile.modes is None or m in profile.modes]
+    found = []
+    for name in profile.models:
+        document = document_sizes(name) if profile.name != "smoke" else small_sizes(document_sizes(name))
+        for task in _tasks(name):
+            for mode in modes:
+                if task == "greedy" and mode != "eager" and stack == "tf" and backend not in COMPILED_GREEDY_BACKENDS:
+                    continue
+                found.append(Case(name, task, "ours", mode, "document", document))
+                if mode in profile.as_written_modes and task == "train_step":
+                    found.append(Case(name, task, "as_written", mode, "document", document))
+        if name in profile.sweep_models:
+            for mode in [m for m in modes if m in ("eager", "function")][-1:]:  # the best uncompiled mode
+                for sweep, sizes in _sweep_sizes(profile, name):
+                    found += [Case(name, "train_step", impl, mode, sweep, sizes) for impl in ("ours", "as_written")]
+    return found
+
+
+# --- one stack process ---------------------------------------------------------------------------
+
+
+def measure(stack: str, profile: Profile, threads: int, results_dir, progress=print) -> Path:
+    """Time every case of `profile` in `stack` (imported here, after the thread count is fixed); write
+    the run's JSON file atomically under `results_dir` (see `result_path`) and return its path."""
+    if stack not in STACK_MODES:
+        raise ValueError(f"unknown stack {stack!r}; known: {', '.join(STACK_MODES)}")
+    bench = stacks.import_module(stack, "bench")
+    device = bench.configure(threads)
+    environment = _environment(bench, stack, profile, threads, device)
+    rows = []
+    for case in cases(profile, stack, threads, device, bench.backend()):
+        rows.append(_measure_case(bench, stack, case, profile, threads, device))
+        progress(_progress_line(rows[-1]))
+    payload = {"schema": SCHEMA, "environment": environment, "rows": rows}
+    output = result_path(results_dir, environment)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(output, (json.dumps(payload, indent=1, allow_nan=False) + "\n").encode())
+    return output
+
+
+def _environment(bench, stack: str, profile: Profile, threads: int, device: str) -> dict:
+    gpu = bench.gpu_name()
+    cores = os.cpu_count() or 1
+    return {
+        "machine": machine_slug(cpu_model(), cores, gpu),
+        "cpu": cpu_model(),
+        "cores": cores,
+        "gpu": gpu,
+        "device": device,
+        "stack": stack,
+        "backend": bench.backend(),
+        "versions": {"python": platform.python_version(), "numpy": np.__version__, **bench.versions()},
+        "threads": threads,
+        "thread_settings": bench.thread_settings(),
+        "commit": git_commit(),
+        "created": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "profile": profile.name,
+        "part": profile.tag,
+        "matmul_gflops": bench.matmul_gflops(device),
+    }
+
+
+def _measure_case(bench, stack: str, case: Case, profile: Profile, threads: int, device: str) -> dict:
+    row = {
+        "model": case.model,
+        "document": catalogue.get(case.model).document,
+        "stack": stack,
+        "mode": keras_mode(bench.backend(), case.mode) if stack == "tf" else case.mode,
+        "impl": case.impl,
+        "task": case.task,
+        "device": device,
+        "threads": threads,
+        "dtype": "float32",
+        "sweep": case.sweep,
+        **dataclasses.asdict(case.sizes),
+    }
+    arrays = synthetic_batch(case.model, case.sizes)
+    try:
+        bench.reset_peak_memory(device)
+        call = bench.make_call(case.model, case.task, case.impl, case.mode, arrays, case.sizes.tgt_len, device)
+        timing = time_calls(call, profile.warmup, profile.repeats, profile.big_repeats)
+        tokens = case.sizes.batch * case.sizes.tgt_len
+        return {
+            **row,
+            **timing,
+            "tokens_per_s": tokens / (timing["median_ms"] / 1e3),
+            "peak_mem_mb": bench.peak_memory_mb(device),
+            "gflop": _gflop(bench, case, arrays),
+            "status": "ok",
+            "error": None,
+        }
+    except Exception as error:  # a case that fails (e.g. a mode the model cannot compile in) is a result too
+        message = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"[:300]
+        return {**row, "status": "failed", "error": message}
+
+
+_GFLOP: dict[tuple, float | None] = {}  # one count per (model, task, impl, sizes): the modes share it
+
+
+def _gflop(bench, case: Case, arrays: dict) -> float | None:
+    key = (case.model, case.task, case.impl, case.sizes)
+    if key not in _GFLOP:
+        _GFLOP[key] = bench.count_gflop(case.model, case.task, case.impl, arrays, case.sizes.tgt_len)
+    return _GFLOP[key]
+
+
+def _progress_line(row: dict) -> str:
+    what = f"{row['stack']:5s} {row['model']:26s} {row['task']:10s} {row['impl']:10s} {row['mode']:8s} {row['sweep']:8s}"
+    sizes = f"B{row['batch']} S{row['src_len']} T{row['tgt_len']} x{row['threads']}"
+    if row["status"] != "ok":
+        return f"{what} {sizes}  FAILED {row['error']}"
+    return f"{what} {sizes}  {row['median_ms']:9.2f} ms  (compile {row['compile_s']:.1f} s)"
+
+
+# --- the orchestrator ----------------------------------------------------------------------------
+
+
+def restrict(profile: Profile, models=None, modes=None) -> Profile:
+    """`profile` over `models` and `modes` only (unknown names raise ValueError); the result file's name says so."""
+    if models:
+        unknown = sorted(set(models) - set(catalogue.built()))
+        if unknown:
+            raise ValueError(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(catalogue.built())}")
+        sweep = tuple(m for m in profile.sweep_models if m in models)
+        profile = dataclasses.replace(profile, models=tuple(models), sweep_models=sweep, tag=profile.tag + "-" + "-".join(models))
+    if modes:
+        unknown = sorted(set(modes) - set(ALL_MODES))
+        if unknown:
+            raise ValueError(f"unknown mode(s) {', '.join(unknown)}; known: {', '.join(ALL_MODES)}")
+        profile = dataclasses.replace(profile, modes=tuple(modes), tag=profile.tag + "-" + "-".join(modes))
+    return profile
+
+
+def run(profile_name: str, stacks: list[str], results_dir, threads: list[int] | None = None, models=None, modes=None,
+        progress=print, keras_backend: str | None = None) -> int:  # fmt: skip
+    """One child process per (stack, thread count), each writing its own result file; how many ran. `keras_backend`:
+    the tf stack's Keras 3 backend (default: KERAS_BACKEND as set, else TensorFlow)."""
+    profile = restrict(get_profile(profile_name), models, modes)
+    unknown = sorted(set(stacks) - set(STACK_MODES))
+    if unknown:
+        raise ValueError(f"unknown stack(s) {', '.join(unknown)}; known: {', '.join(STACK_MODES)}")
+    runs = 0
+    for stack in stacks:
+        for count in threads or profile.threads:
+            progress(f"bench: {stack}, {count} thread(s), profile {profile.name}")
+            argv = [sys.executable, "-m", "shared.tools.bench", stack, "--threads", str(count), "--profile", profile.name]
+            argv += ["--results", str(results_dir)] + (["--models", ",".join(models)] if models else [])
+            argv += ["--modes", ",".join(modes)] if modes else []
+            env = {"TF_CPP_MIN_LOG_LEVEL": "2", **os.environ, **thread_environment(count)}  # quiet TF unless asked
+            env |= {"KERAS_BACKEND": keras_backend} if keras_backend else {}
+            if subprocess.run(argv, env=env).returncode != 0:
+                raise RuntimeError(f"the {stack} bench process failed; its result file was not written")
+            runs += 1
+    return runs
+
+
+def result_path(results_dir, environment: dict) -> Path:
+    """`<results_dir>/<machine>/<stack>-<device>-t<threads>-<profile>.json`: one file per run and machine; Keras on a
+    backend other than TensorFlow names it after the stack (`tf-jax-gpu-...`)."""
+    stack = catalogue.stack_label(environment["stack"], environment.get("backend"))
+    name = f"{stack}-{environment['device']}-t{environment['threads']}-{environment['profile']}"
+    return Path(results_dir) / environment["machine"] / f"{name}{environment.get('part', '')}.json"
+
+
+def _names(text: str | None) -> list[str] | None:
+    return text.split(",") if text else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The child: `python -m shared.tools.bench STACK --threads N --profile P --results DIR [--models a,b]`."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m shared.tools.bench")
+    parser.add_argument("stack", choices=list(STACK_MODES))
+    parser.add_argument("--threads", type=int, required=True)
+    parser.add_argument("--profile", default="default")
+    parser.add_argument("--results", required=True)
+    parser.add_argument("--models")
+    parser.add_argument("--modes")
+    args = parser.parse_args(argv)
+    profile = restrict(get_profile(args.profile), _names(args.models), _names(args.modes))
+    path = measure(args.stack, profile, args.threads, args.results, progress=lambda line: print(line, flush=True))
+    print(f"bench: wrote {path}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,242 @@
+"""Reading the report's inputs: benchmark result files, the equality measurements and the training summaries;
+what is unreadable is skipped and named in `missing`, never fatal."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from shared.tools.report.printing import ordered, rank_key
+from shared.tools.report.schema import (
+    BACKENDS,
+    CHOICES,
+    COLUMNS,
+    EQUALITY_FIELDS,
+    INTEGER_FIELDS,
+    MODES,
+    NUMBER_FIELDS,
+    ROW_FIELDS,
+    RUN_KEY,
+    SIZES,
+    STACKS,
+    SUMMARY_FIELDS,
+    Inputs,
+)
+
+
+def read_inputs(results_dir, equality_path=None, training_dir=None, backend_paths=()) -> Inputs:
+    """Read every input; what cannot be used is skipped and noted in `missing`."""
+    missing: list[str] = []
+    rows, environments = load_results(results_dir, missing)
+    equality = load_equality(equality_path, missing)
+    summaries = load_summaries(training_dir, missing)
+    name = Path(equality_path).name if equality_path is not None else ""
+    measured = [equality, *(load_equality(path, missing) for path in backend_paths)]
+    backends = {found["backend"]: found for found in measured if found is not None}
+    return Inputs(rows, environments, equality, name, summaries, missing, backends)
+
+
+def _read_json(path: Path) -> tuple[object, str | None]:
+    """The parsed content of `path`, or None and why it cannot be read (no absolute paths in the reason)."""
+    try:
+        return json.loads(path.read_bytes().decode("utf-8")), None
+    except json.JSONDecodeError as error:
+        return None, f"not valid JSON ({error.msg} at line {error.lineno} column {error.colno})"
+    except UnicodeDecodeError:
+        return None, "not UTF-8 text"
+    except OSError as error:
+        return None, f"cannot be read ({error.strerror})"
+
+
+def is_number(value) -> bool:
+    """A finite int or float (not a bool)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def load_results(results_dir, missing: list[str]):
+    """The usable rows of every result file under `results_dir` as one DataFrame, and the files' environments."""
+    root = Path(results_dir)
+    records, environments = [], []
+    paths = sorted(path for path in root.rglob("*.json") if path.is_file()) if root.is_dir() else []
+    for path in paths:
+        name = path.relative_to(root).as_posix()
+        data, reason = _read_json(path)
+        reason = reason or _results_file_problem(data)
+        if reason:
+            missing.append(f"{name}: {reason}")
+            continue
+        environment = data["environment"]
+        environments.append({**environment, "file": name})
+        for index, row in enumerate(data["rows"]):
+            problem = _row_problem(row)
+            if problem:
+                missing.append(f"{name}, row {index}: {problem}")
+            else:
+                records.append(_record(row, environment, name))
+    if not root.is_dir():
+        missing.append(f"no benchmark results: the folder {root.name or str(root)} does not exist")
+    elif not records:
+        missing.append(f"no benchmark results: no usable row in any result file under {root.name or str(root)}")
+    return _finish_rows(records), environments
+
+
+def _results_file_problem(data) -> str | None:
+    """Why a parsed result file cannot be used, or None."""
+    if not isinstance(data, dict):
+        return "not a JSON object"
+    if data.get("schema", 1) != 1:
+        return f"schema {data['schema']!r} is not 1"
+    absent = [key for key in ("environment", "rows") if key not in data]
+    if absent:
+        return f"lacks {' and '.join(absent)}"
+    if not isinstance(data["environment"], dict) or not isinstance(data["environment"].get("machine"), str):
+        return "its environment names no machine"
+    if not isinstance(data["rows"], list) or not data["rows"]:
+        return "no rows"
+    if data["environment"].get("profile") == "smoke":
+        return "smoke profile (the tests' shrunk sizes): not reported"
+    return None
+
+
+def _row_problem(row) -> str | None:
+    """Why a benchmark row cannot be used (missing fields, unknown values), or None."""
+    if not isinstance(row, dict):
+        return "not a JSON object"
+    absent = [name for name in ROW_FIELDS if row.get(name) is None]
+    if row.get("status") == "ok" and not (is_number(row.get("median_ms")) and row["median_ms"] > 0):
+        absent.append("median_ms")
+    if absent:
+        return f"missing field(s) {', '.join(absent)}"
+    if not isinstance(row["model"], str) or not isinstance(row["dtype"], str):
+        return "model and dtype must be text"
+    allowed = {**CHOICES, "mode": MODES.get(row["stack"], ())}
+    bad = [f"{name}={row[name]!r}" for name, values in allowed.items() if row[name] not in values]
+    bad += [f"{name}={row[name]!r}" for name in INTEGER_FIELDS if not (is_number(row[name]) and row[name] == int(row[name]))]
+    return f"unknown value(s) {', '.join(bad)}" if bad else None
+
+
+def _record(row: dict, environment: dict, name: str) -> dict:
+    """One row, flat, with its file's machine, matmul peak and creation time."""
+    record = {key: row.get(key) for key in (*ROW_FIELDS, *NUMBER_FIELDS)}
+    record.update({key: int(row[key]) for key in INTEGER_FIELDS}, error=None if row.get("error") is None else str(row["error"]))
+    peak, profile = environment.get("matmul_gflops"), environment.get("profile")
+    record.update(machine=environment["machine"], profile=str(profile or "-"), matmul_gflops=peak if is_number(peak) else None)
+    return {**record, "created": str(environment.get("created") or ""), "file": name}
+
+
+def _finish_rows(records: list[dict]):
+    """The rows as a DataFrame: numbers as floats, re-runs of the same measurement reduced to the latest
+    (by creation time, then file name), the missing TF work counts filled in, sorted."""
+    import pandas as pd
+
+    rows = pd.DataFrame(records, columns=list(COLUMNS))
+    for name in (*NUMBER_FIELDS, "matmul_gflops"):
+        rows[name] = pd.to_numeric(rows[name], errors="coerce").astype(float)
+    rows = rows.sort_values(["created", "file"], kind="stable").drop_duplicates(RUN_KEY, keep="last")
+    if len(rows):
+        work = ["model", "impl", "task", *SIZES]
+        counted = rows[rows["stack"] == "torch"].groupby(work)["gflop"].max().rename("_counted")
+        rows["gflop"] = rows["gflop"].fillna(rows.join(counted, on=work)["_counted"])
+    return ordered(rows, [*RUN_KEY, "status"])
+
+
+def load_equality(path, missing: list[str]) -> dict | None:
+    """The equality measurements, each section a list of usable entries sorted by model; None: not measured."""
+    if path is None:
+        return None
+    path = Path(path)
+    data, reason = _read_json(path) if path.is_file() else (None, "not found")
+    if reason is None and not isinstance(data, dict):
+        reason = "not a JSON object"
+    if reason:
+        missing.append(f"equality file {path.name}: {reason}")
+        return None
+    sections = {section: _section_entries(section, data.get(section), missing) for section in EQUALITY_FIELDS}
+    backend = data.get("backend", "tensorflow")  # files before the backends were measured: TensorFlow's
+    if backend not in BACKENDS:
+        missing.append(f"equality file {path.name}: backend {backend!r} is not one of {', '.join(BACKENDS)}")
+        return None
+    return {**sections, "backend": backend, "failures": [str(f) for f in data.get("failures") or []]}
+
+
+def _section_entries(section: str, entries, missing: list[str]) -> list[dict]:
+    """The usable entries of one equality section, sorted by model and dtype."""
+    entries = entries if isinstance(entries, list) else [entries] if entries else []
+    usable = [entry for index, entry in enumerate(entries) if _usable_entry(section, index, entry, missing)]
+    return sorted(usable, key=lambda entry: (rank_key("model", entry["model"]), rank_key("dtype", entry.get("dtype"))))
+
+
+def _usable_entry(section: str, index: int, entry, missing: list[str]) -> bool:
+    """Whether an equality entry is usable; if not, say why in `missing`."""
+    problem = "not a JSON object" if not isinstance(entry, dict) else _entry_problem(section, entry)
+    if problem:
+        missing.append(f"equality file, {section} entry {index}: {problem}")
+    return problem is None
+
+
+def _entry_problem(section: str, entry: dict) -> str | None:
+    """Why an equality entry (a dict) cannot be used, or None."""
+    absent = [name for name in EQUALITY_FIELDS[section] if entry.get(name) is None]
+    if absent:
+        return f"missing field(s) {', '.join(absent)}"
+    if not all(isinstance(entry[name], str) for name in ("model", "dtype", "quantity") if name in EQUALITY_FIELDS[section]):
+        return "model, dtype and quantity must be text"
+    if "max_abs" in entry and not is_number(entry["max_abs"]):
+        return f"max_abs={entry['max_abs']!r} is not a number"
+    if "tokens_equal" in entry and not isinstance(entry["tokens_equal"], bool):
+        return f"tokens_equal={entry['tokens_equal']!r} is not true or false"
+    if section in ("curves", "attention"):
+        return _pair_problem(entry, 1 if section == "curves" else 2)
+    return None
+
+
+def _pair_problem(entry: dict, ndim: int) -> str | None:
+    """Why the entry's torch and tf arrays are not finite `ndim`-d arrays (the attention maps: of one shape)."""
+    arrays = []
+    for stack in STACKS:
+        try:
+            array = np.asarray(entry[stack], dtype=np.float64)
+        except (TypeError, ValueError):
+            return f"{stack} is not an array of numbers"
+        if array.ndim != ndim or not array.size or not np.isfinite(array).all():
+            return f"{stack} is not a non-empty finite {ndim}-d array"
+        arrays.append(array)
+    if ndim == 2 and arrays[0].shape != arrays[1].shape:
+        return f"torch {arrays[0].shape} and tf {arrays[1].shape} differ in shape"
+    return None
+
+
+def load_summaries(training_dir, missing: list[str]) -> list[dict] | None:
+    """The training summaries in `training_dir` (sorted by document, model, run, stack); None: not given."""
+    if training_dir is None:
+        return None
+    folder = Path(training_dir)
+    summaries = []
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        data, reason = _read_json(path)
+        if reason is None:
+            reason = _summary_problem(data)
+        if reason:
+            missing.append(f"training summary {path.name}: {reason}")
+        else:
+            summaries.append(data)
+    if not folder.is_dir():
+        missing.append(f"training summaries: the folder {folder.name} does not exist")
+    return summaries
+
+
+def _summary_problem(data) -> str | None:
+    """Why a parsed training summary cannot be used, or None."""
+    if not isinstance(data, dict):
+        return "not a JSON object"
+    absent = [name for name in SUMMARY_FIELDS if data.get(name) is None]
+    if absent:
+        return f"missing field(s) {', '.join(absent)}"
+    if not all(isinstance(data[name], str) for name in ("model", "stack", "dataset")) or not is_number(data["steps"]):
+        return "model, stack and dataset must be text, steps a number"
+    if not isinstance(data.get("final") or {}, dict):
+        return "final is not a JSON object"
+    return None

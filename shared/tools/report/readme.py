@@ -1,0 +1,197 @@
+"""The report's page, section by section: title and machines, headline, equality, Keras backends, loss, speed,
+scaling, figures."""
+
+from __future__ import annotations
+
+from shared import catalogue
+from shared.tools.report.figures import ReportFigure
+from shared.tools.report.printing import setting
+from shared.tools.report.reading import is_number
+from shared.tools.report.schema import BACKENDS, NO_GPU, NO_RESULTS, RATIO_BAND, SETTING, SWEEP_SIZE, TASKS, Inputs
+from shared.tools.report.tables import Tables
+
+
+def render_readme(inputs: Inputs, tables: Tables, context: dict | None, figures: list[ReportFigure]) -> str:
+    """The README page, section by section."""
+    sections = [
+        _title_section(inputs),
+        _headline_section(inputs, tables, context),
+        _equality_section(inputs, tables),
+        _loss_section(inputs, tables),
+        _speed_section(inputs, tables),
+        _scaling_section(inputs, tables),
+        _figures_section(figures),
+        _missing_section(inputs.missing),
+        [f"CSV files (one per table above): {', '.join(f'`csv/{name}.csv`' for name in tables.numeric)}."],
+    ]
+    return "\n".join(line for section in sections for line in section) + "\n"
+
+
+def _title_section(inputs: Inputs) -> list[str]:
+    """Title, what was measured, and the machines the result files come from."""
+    rows = inputs.rows
+    lines = [
+        "# PyTorch and TensorFlow/Keras, model by model",
+        "",
+        f"What was measured: the time of one training step and of greedy decoding of the {len(catalogue.CATALOGUE)} "
+        f"catalogue models in both stacks ({len(rows)} benchmark rows from {len(inputs.environments)} result files), "
+        "the largest differences between the two stacks' outputs, gradients and training curves, and the "
+        "reproduction runs beside the figures their documents report.",
+        "",
+    ]
+    machines = sorted({env["machine"] for env in inputs.environments})
+    lines += ["Machines:", ""] if machines else ["Machines: none (no benchmark results).", ""]
+    lines += [_machine_line(name, [env for env in inputs.environments if env["machine"] == name]) for name in machines]
+    return lines + ([""] if machines else [])
+
+
+def _values(environments: list[dict], key: str, form: str = "{}") -> str:
+    """The distinct values of `key` over `environments`, numbers (printed by `form`) in order then text,
+    comma-separated ("-" if none)."""
+    found = {env.get(key) for env in environments if isinstance(env.get(key), str) or is_number(env.get(key))}
+    ordered = sorted(found, key=lambda value: (isinstance(value, str), 0 if isinstance(value, str) else value, str(value)))
+    return ", ".join(value if isinstance(value, str) else form.format(value) for value in ordered) or "-"
+
+
+def _machine_line(machine: str, environments: list[dict]) -> str:
+    """One bullet: the machine's CPU, cores, GPU, stack versions, threads, commits and recording times."""
+    versions = {f"{name} {value}" for env in environments for name, value in sorted((env.get("versions") or {}).items())}
+    created = sorted({str(env["created"]) for env in environments if env.get("created")})
+    recorded = " to ".join(dict.fromkeys([created[0], created[-1]])) if created else "-"
+    return (
+        f"- `{machine}`: {_values(environments, 'cpu')}, {_values(environments, 'cores')} cores, "
+        f"GPU: {_values(environments, 'gpu') if any(env.get('gpu') for env in environments) else 'none'}; "
+        f"stacks {_values(environments, 'stack')}; versions {', '.join(sorted(versions)) or '-'}; "
+        f"threads {_values(environments, 'threads')}; commits {_values(environments, 'commit')}; "
+        f"matmul peak {_values(environments, 'matmul_gflops', '{:.0f}')} GFLOP/s; recorded {recorded}."
+    )
+
+
+def _headline_section(inputs: Inputs, tables: Tables, context: dict | None) -> list[str]:
+    """The headline table and the sentence saying which setting it shows."""
+    if context is None:
+        why = "no benchmark results" if inputs.rows.empty else "no successful train-step row at the documents' sizes"
+        where = f"No train-step times: {why}."
+    else:
+        preferred = "a CPU at its highest thread count" if context["device"] == "cpu" else "a GPU (no CPU rows)"
+        where = (
+            f"Times are train-step medians (ms) at the documents' sizes, our implementation, best mode of each stack, "
+            f"on {setting(context)}: "
+            f"{preferred}. torch/TF = torch ms / TF ms (above 1: torch slower); ours/as-written = as-written ms / "
+            "ours ms, torch eager and TF tf.function (how each stack's code usually runs; above 1: ours faster)."
+        )
+    return ["## Headline", "", where, "", *tables.markdown("headline")]
+
+
+def _equality_section(inputs: Inputs, tables: Tables) -> list[str]:
+    """Max |torch - TF| per quantity and dtype, greedy verdicts, and training maxima."""
+    lines = ["## Equality", ""]
+    if inputs.equality is None:
+        return [*lines, "Equality: not measured (no readable equality file).", ""]
+    lines += [f"Max |torch - TF| per quantity on the golden fixtures, from `{inputs.equality_name}`.", ""]
+    lines += tables.markdown("equality_outputs") or ["No output or greedy comparisons in the equality file.", ""]
+    lines += ["### After training (both stacks from the same weights and batches)", ""]
+    lines += tables.markdown("equality_training") or ["No training comparisons in the equality file.", ""]
+    return lines + _backends_section(inputs, tables)
+
+
+def _backends_section(inputs: Inputs, tables: Tables) -> list[str]:
+    """The same comparisons with the Keras models on each Keras 3 backend, a column each, and their failures."""
+    lines = ["### On each Keras 3 backend", ""]
+    if "equality_backends" not in tables.numeric:
+        return [*lines, "No backend measured.", ""]
+    lines += [
+        "The same tf_impl models with Keras on each backend (`rosetta equality --backend`): the largest |torch - "
+        "Keras| over outputs, attention, loss, gradients, greedy attention and the 200-step training, per model.",
+        "",
+        *tables.markdown("equality_backends"),
+    ]
+    failed = [f"{BACKENDS[b]}: {failure}" for b, equality in inputs.backends.items() for failure in equality["failures"]]
+    return lines + ([f"Failed: {'; '.join(failed)}.", ""] if failed else [])
+
+
+def _loss_section(inputs: Inputs, tables: Tables) -> list[str]:
+    """The reproduction runs' final metrics beside the documents' figures."""
+    lines = ["## Loss", ""]
+    if "loss" not in tables.numeric:
+        return [*lines, "No training summaries.", ""]
+    return [
+        *lines,
+        "Final metrics of each training run (teacher-forced loss and perplexity on the final split, greedy "
+        "accuracies and BLEU); doc-protocol: the loss as the document computed the figure it reports.",
+        "",
+        *tables.markdown("loss"),
+    ]
+
+
+def _speed_section(inputs: Inputs, tables: Tables) -> list[str]:
+    """Times per model/stack/mode/device/threads/impl, train step and greedy separately."""
+    lines = ["## Speed", ""]
+    if inputs.rows.empty:
+        return [*lines, NO_RESULTS, ""]
+    lines += [
+        "Medians over repeats at the documents' sizes (batch x source x target length in `sizes`). torch/TF: the "
+        "best mode of each stack, same machine, device and threads; ours/as-written: as-written ms / ours ms, "
+        "same stack and mode; mode/eager: eager ms / this mode's ms (same backend); % matmul peak: the step's GFLOP "
+        "per second over the machine's measured matmul GFLOP/s. A TF row whose mode starts with jax- or torch- ran "
+        "Keras on that Keras 3 backend (`rosetta bench --keras-backend`); the other TF rows, on TensorFlow.",
+        "",
+    ]
+    if not (inputs.rows["device"] == "gpu").any():
+        lines += [NO_GPU, ""]
+    for task in TASKS:
+        name = f"speed_{task}"
+        lines += [f"### {task}", ""]
+        if name not in tables.numeric:
+            lines += [f"No {task} rows at the documents' sizes.", ""]
+            continue
+        lines += [*tables.markdown(name), _outside_band(tables.numeric[name]), ""]
+        lines += _failures(tables.numeric[name])
+    return lines
+
+
+def _outside_band(table) -> str:
+    """The sentence listing the settings whose torch/TF best-mode ratio is beyond RATIO_BAND either way."""
+    ratios = table.dropna(subset=["torch/TF"]).drop_duplicates([*SETTING[:-3], "sizes", "impl"])
+    if ratios.empty:
+        return "torch/TF: no setting was measured in both stacks."
+    outside = ratios[(ratios["torch/TF"] > RATIO_BAND) | (ratios["torch/TF"] < 1 / RATIO_BAND)]
+    where = "{0[model]} ({0[impl]}, {0[machine]} {0[device]}, threads {0[threads]}, {0[dtype]})"
+    items = [f"{where.format(row)} {row['torch/TF']:.2f}x" for _, row in outside.iterrows()]
+    return f"outside {RATIO_BAND}x: {'; '.join(items)}." if items else f"torch/TF: every best-mode ratio is within {RATIO_BAND}x."
+
+
+def _failures(table) -> list[str]:
+    """The failed rows of a speed table with their errors (nothing if none failed)."""
+    failed = table[table["status"] == "failed"]
+    where = "{0[model]} {0[stack]} {0[mode]} {0[impl]} ({0[machine]} {0[device]}, threads {0[threads]})"
+    items = [f"{where.format(row)}: {row['error'] or 'no reason given'}" for _, row in failed.iterrows()]
+    return [f"Failed: {'; '.join(items)}.", ""] if items else []
+
+
+def _scaling_section(inputs: Inputs, tables: Tables) -> list[str]:
+    """ms per step against the size each sweep varies."""
+    lines = ["## Scaling", ""]
+    if inputs.rows.empty:
+        return [*lines, NO_RESULTS, ""]
+    for sweep, size in SWEEP_SIZE.items():
+        lines += [f"### {sweep} sweep: median ms per step against {size}", ""]
+        lines += tables.markdown(f"scaling_{sweep}") or [f"No {sweep} sweep recorded.", ""]
+    return lines
+
+
+def _figures_section(figures: list[ReportFigure]) -> list[str]:
+    """Each figure embedded by relative link, or the reason it was skipped."""
+    lines = ["## Figures", ""]
+    for figure in figures:
+        lines += [f"### {figure.title}", ""]
+        lines += [f"![{figure.title}](figures/{name})" for name in figure.files] or [f"Skipped: {figure.skipped}."]
+        lines.append("")
+    return lines
+
+
+def _missing_section(missing: list[str]) -> list[str]:
+    """What could not be read or used, if anything."""
+    if not missing:
+        return []
+    return ["## Missing or unreadable results", "", *(f"- {note}" for note in missing), ""]

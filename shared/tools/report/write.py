@@ -1,0 +1,40 @@
+"""`write_report`: read every input, build the tables and figures, write the page and the CSV files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from shared.io.atomic import write_atomic
+from shared.tools.report.figures import write_figures
+from shared.tools.report.printing import markdown_table
+from shared.tools.report.reading import read_inputs
+from shared.tools.report.readme import render_readme
+from shared.tools.report.tables import build_tables, models_table
+
+
+def write_report(results_dir, output_dir, *, equality_path=None, training_dir=None, backend_paths=()) -> dict:
+    """Write the comparison report to `output_dir` (README.md, csv/<table>.csv, figures/*.png).
+
+    Args:
+        results_dir: the folder of benchmark result files (`**/*.json`); it may be missing.
+        output_dir: where the report goes; created if needed.
+        equality_path: the equality measurements (JSON); None or missing: "not measured".
+        training_dir: the folder of training summaries (`*.json`); None: no loss section data.
+        backend_paths: equality measurements on Keras's other backends (`rosetta equality --backend`).
+    Returns:
+        {"headline": the headline table as markdown, "tables": {name: DataFrame}, "missing": [notes],
+        "models": the README's model table (markdown), a column per Keras backend}.
+    """
+    output = Path(output_dir)
+    for folder in (output / "csv", output / "figures"):
+        folder.mkdir(parents=True, exist_ok=True)
+    inputs = read_inputs(results_dir, equality_path, training_dir, backend_paths)
+    tables, context = build_tables(inputs)
+    figures = write_figures(inputs, context, output / "figures")
+    for name, table in tables.numeric.items():
+        text = table.to_csv(index=False, float_format="%.6g", lineterminator="\n")
+        write_atomic(output / "csv" / f"{name}.csv", text.encode())
+    write_atomic(output / "README.md", render_readme(inputs, tables, context, figures).encode())
+    headline = markdown_table(tables.shown["headline"])
+    models = models_table(inputs.backends)
+    return {"headline": headline, "tables": dict(tables.numeric), "missing": list(inputs.missing), "models": models}

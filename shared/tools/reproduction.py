@@ -1,0 +1,191 @@
+"""Reproduction results: a trained run summarised as one JSON file (reports/training/*.json), and the
+markdown table that sets every summary beside the figures its document reports.
+
+A summary holds what was run (model, config, training spec, batch, epochs, steps, device, seconds),
+what came out (the final metrics, validation per epoch, the loss curve averaged over windows), and
+whether the run finished its epochs, so a budget run is never mistaken for the full configuration.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import statistics
+from pathlib import Path
+
+import numpy as np
+
+from shared import catalogue, documents
+from shared.io.atomic import write_atomic
+from shared.train import runner
+
+CURVE_POINTS = 200  # the loss curve of a summary: at most this many window means
+
+
+def _json_lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
+
+
+def summarize(run_dir, stack: str) -> dict:
+    """One stack's run in `run_dir` as a summary (a run stopped early gives `complete: false`, no `final`)."""
+    run_dir = Path(run_dir)
+    run, out = runner.load_run(run_dir), run_dir / stack
+    steps, evals = _json_lines(out / runner.LOSS_LOG), _json_lines(out / runner.EVAL_LOG)
+    if not steps:
+        raise ValueError(f"{out} has no {runner.LOSS_LOG}: this stack has not trained in {run_dir}")
+    final = json.loads((out / runner.EVAL_FILE).read_text()) if (out / runner.EVAL_FILE).is_file() else None
+    summary = {
+        "run": run_dir.resolve().name,
+        "model": run.model,
+        "document": catalogue.get(run.model).document,
+        "dataset": run.dataset,
+        "stack": stack,
+        "device": (final or {}).get("device", "unknown"),
+        "backend": (final or {}).get("backend"),  # Keras's, for tf (None: recorded before backends were)
+        "config": run.config,
+        "spec": dataclasses.asdict(run.spec),
+        "dtype": run.dtype,
+        "batch_size": run.batch_size,
+        "epochs": run.epochs,
+        "epochs_finished": len(evals),
+        "steps": len(steps),
+        "median_step_seconds": statistics.median(record["seconds"] for record in steps),
+        "complete": final is not None and run.max_steps is None,
+        "final": final,
+        "val_by_epoch": evals,
+        "loss_curve": _curve(steps),
+    }
+    if all((run_dir / other / runner.LOSS_LOG).is_file() for other in runner.STACKS):
+        summary["curve_vs_other_stack"] = curve_difference(run_dir)
+    return summary
+
+
+def _curve(steps: list[dict]) -> dict:
+    """The per-step losses averaged over at most CURVE_POINTS equal windows: `step` (window end) and `loss`."""
+    losses = np.array([record["loss"] for record in steps])
+    edges = np.linspace(0, len(losses), min(CURVE_POINTS, len(losses)) + 1).astype(int)
+    return {
+        "step": [int(end) for end in edges[1:]],
+        "loss": [float(losses[start:end].mean()) for start, end in zip(edges[:-1], edges[1:], strict=True)],
+    }
+
+
+def write_summary(run_dir, stack: str, results_dir) -> Path:
+    """Write the summary as `<results_dir>/<run folder>-<stack>-<cpu|gpu>.json` (atomically); its path."""
+    summary = summarize(run_dir, stack)
+    device = "gpu" if summary["device"].startswith(("cuda", "gpu")) else "cpu"
+    path = Path(results_dir) / f"{summary['run']}-{catalogue.stack_label(stack, summary['backend'])}-{device}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, (json.dumps(summary, indent=1) + "\n").encode())
+    return path
+
+
+def load_summaries(results_dir) -> list[dict]:
+    """Every summary in `results_dir`, sorted by document, model, stack."""
+    summaries = []
+    for path in sorted(Path(results_dir).glob("*.json")):
+        try:
+            summaries.append(json.loads(path.read_text()))
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{path} is not a readable summary: {error}") from None
+    return sorted(summaries, key=lambda s: (s["document"], s["model"], s.get("run", ""), s["stack"]))
+
+
+def _number(value, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def table(summaries: list[dict]) -> list[str]:
+    """Markdown: one row per summary, our figures (and the document's protocol) beside the document's own."""
+    lines = [
+        "| model | doc | stack | device | ran, final split (sentences) | loss | ppl | as the document measured: loss / ppl "
+        "| BLEU | seq. acc. | document reports |",
+        "|---|---|---|---|---|---:|---:|---:|---:|---:|---|",
+    ]
+    for s in summaries:
+        final = s["final"] or {}
+        ran = f"{s['epochs_finished']}/{s['epochs']} epochs, {s['steps']} steps"
+        ran += f", {final['split']} ({final['sentences']})" if final else ""
+        ran += "".join(f"; {key}={value}" for key, value in _changed_config(s).items())
+        document = documents.get(s["document"]).reported
+        reported = document_figures(s["model"], s["document"], s["dataset"])
+        as_document = f"{_number(final.get('document_loss'))} / {_number(final.get('document_perplexity'))}"
+        bleu = _number(final.get("bleu"), 1)
+        name = s["model"] if s.get("run", s["model"]) == s["model"] else f"{s['model']} ({s['run']})"
+        stack = catalogue.stack_label(s["stack"], s.get("backend"))
+        cells = [name, s["document"], stack, s["device"], ran, _number(final.get("loss"), 3)]
+        cells += [_number(final.get("perplexity")), as_document if document else "-", bleu]
+        cells += [_number(100 * final["sequence_accuracy"], 1) + "%" if final else "-", reported]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def document_figures(model: str, document: str, dataset: str) -> str:
+    """The figures `model`'s document reports (shared.documents), as a table cell."""
+    if dataset == "reverse":
+        return "no figure (target: sequence accuracy >= 99%)"
+    reported = documents.get(document).reported
+    if reported is None:
+        return "-"
+    if reported.model != model:
+        return f"(for {reported.model})"
+    return ", ".join(f"{key} {value}" for key, value in reported.figures.items())
+
+
+def _changed_config(summary: dict) -> dict:
+    """The config entries a run changed from its document's (vocabulary sizes come from the data)."""
+    spec = catalogue.get(summary["model"])
+    return {key: value for key, value in summary["config"].items() if key not in spec.vocab_keys and spec.config[key] != value}
+
+
+def _changed_spec(summary: dict) -> dict:
+    """The training-spec entries a run changed from its document's setup (teacher forcing, lr, ...)."""
+    document = dataclasses.asdict(documents.get(summary["document"]).training.spec)
+    return {key: value for key, value in summary["spec"].items() if document[key] != value and key != "betas"}
+
+
+def curve_table(summaries: list[dict]) -> list[str]:
+    """Markdown: max |torch - tf| of the loss curves of runs trained in both stacks (float32, real batches)."""
+    rows = {(s.get("run", s["model"]), s["dtype"]): s for s in summaries if "curve_vs_other_stack" in s}
+    lines = ["| run | dtype | config changed | max \\|torch - tf\\| of the loss | over |", "|---|---|---|---:|---|"]
+    for (run, dtype), s in rows.items():
+        changed = ", ".join(f"{key}={value}" for key, value in {**_changed_config(s), **_changed_spec(s)}.items()) or "-"
+        lines += [f"| {run} | {dtype} | {changed} | {value:.2e} | {over} |" for over, value in s["curve_vs_other_stack"].items()]
+    return lines
+
+
+def render(summaries: list[dict]) -> str:
+    """The reproduction page: results beside the documents' figures, then the cross-stack curve differences."""
+    notes = [f"- document {d.number} ({d.reported.model}): {d.reported.how}." for d in documents.with_reports()]
+    return "\n".join([
+        "# Reproduction runs",
+        "",
+        "Generated by `rosetta reproduction` from `reports/training/*.json` (one summary per run and stack; stack tf is",
+        "Keras on TensorFlow, tf-jax and tf-torch Keras on that Keras 3 backend).",
+        "Loss and perplexity on the final split (test; spa-eng has none: val): teacher-forced, dropout off, mean",
+        "over non-pad targets. The next column computes them as the document did for the figure it reports:",
+        "",
+        *notes,
+        "",
+        *table(summaries),
+        "",
+        "## Loss curves of runs trained in both stacks",
+        "",
+        "Same initial weights, same batches and coin flips; float32 rounding grows over thousands of steps.",
+        "",
+        *curve_table(summaries),
+        "",
+    ])  # fmt: skip
+
+
+def curve_difference(run_dir, first: int = 200) -> dict[str, float]:
+    """Max |torch - tf| of a run trained in both stacks: over its first `first` steps, and over all steps."""
+    curves = []
+    for stack in runner.STACKS:
+        steps = _json_lines(Path(run_dir) / stack / runner.LOSS_LOG)
+        curves.append(np.array([record["loss"] for record in steps]))
+    length = min(map(len, curves))
+    if not length:
+        raise ValueError(f"{run_dir} has not been trained in both stacks")
+    difference = np.abs(curves[0][:length] - curves[1][:length])
+    return {f"first {min(first, length)} steps": float(difference[:first].max()), f"all {length} steps": float(difference.max())}

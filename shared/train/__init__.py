@@ -1,0 +1,2 @@
+"""Training runs on real corpora (`rosetta train / evaluate / translate`): the runner, evaluation, metrics and
+attention heatmaps."""

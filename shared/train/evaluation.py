@@ -1,0 +1,119 @@
+"""Evaluation of a trained model in either stack: the metrics of a split, greedy decoding, and the
+documents' own ways of computing the figures they report (shared.documents: `Reported`).
+
+The stack is passed in as its contract module (`run`, `greedy`), so this module imports no framework.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from shared import catalogue, documents
+from shared.core import teacher_forcing as schedules
+from shared.data import corpora, readers
+from shared.specs import RunConfig
+from shared.train import metrics
+
+
+def evaluate(stack, model, run: RunConfig, corpus: corpora.Corpus, split: str, limit: int | None = None) -> dict:
+    """Metrics of one split (its first `limit` batches), in data order and eval mode (dropout off).
+
+    loss, perplexity, token_accuracy: teacher-forced, mean over non-pad targets. sequence_accuracy:
+    greedy decoding, every target token right. bleu (real data): greedy translations against the
+    untokenized-to-<unk> references. document_loss / document_perplexity: the loss as the model's
+    document computed the figure it reports (shared.documents), where it reports one.
+    """
+    batches = corpus.batches(split, run.batch_size)[:limit]
+    reported = documents.get(catalogue.get(run.model).document).reported
+    protocol = reported.protocol if reported else None
+    totals = dict.fromkeys(("nll", "tokens", "correct", "doc_nll", "doc_tokens"), 0.0)
+    predictions, hypotheses = [], []
+    for index, batch in enumerate(batches):
+        _add_loss(totals, stack, model, run, batch, None, "")
+        if protocol:
+            forcing = _eval_schedule(run, batch, protocol["teacher_force_ratio"], index)
+            _add_loss(totals, stack, model, run, batch, forcing, "doc_", protocol["count_first_position"])
+        tokens = greedy_tokens(stack, model, run, corpus, batch)
+        predictions.append(tokens)
+        hypotheses += [corpus.tgt_vocab.decode(metrics.strip_special(row, corpus.eos_id, corpus.pad_id)) for row in tokens]
+    loss = totals["nll"] / totals["tokens"]
+    result = {"split": split, "sentences": sum(len(batch["src"]) for batch in batches), "loss": loss}
+    result.update(perplexity=metrics.perplexity(loss), token_accuracy=totals["correct"] / totals["tokens"])
+    right = [_rows_right(tokens, batch["tgt_out"], corpus.pad_id) for tokens, batch in zip(predictions, batches, strict=True)]
+    result["sequence_accuracy"] = float(np.concatenate(right).mean())
+    if corpus.references.get(split):
+        result["bleu"] = metrics.bleu(hypotheses, corpus.references[split][: len(hypotheses)])
+    if protocol:
+        document_loss = totals["doc_nll"] / totals["doc_tokens"]
+        result.update(document_loss=document_loss, document_perplexity=metrics.perplexity(document_loss))
+    return result
+
+
+def _rows_right(predictions: np.ndarray, targets: np.ndarray, pad_id: int) -> np.ndarray:
+    """Per row: is every non-pad target token predicted (metrics.sequence_accuracy's alignment)?"""
+    return np.array([metrics.sequence_accuracy(p[None], t[None], pad_id) for p, t in zip(predictions, targets, strict=True)])
+
+
+def _eval_schedule(run: RunConfig, batch: dict, ratio: float, index: int) -> np.ndarray | None:
+    if not catalogue.get(run.model).variable_length:
+        return None
+    return schedules.draw(ratio, batch["tgt_in"].shape[1] - 1, np.random.default_rng([run.seed, 3, index]))
+
+
+def _add_loss(totals: dict, stack, model, run: RunConfig, batch: dict, forcing, prefix: str, count_first=False) -> None:
+    """Add one batch's summed cross-entropy and its number of non-pad targets to `totals`.
+
+    `count_first`: also count the document's position 0, whose logits are the zero row (log V each).
+    """
+    spec = catalogue.get(run.model)
+    logits = stack.run(model, run.model, batch, teacher_forcing=forcing)["logits"].astype(np.float64)  # [B, T, V]
+    shifted = logits - logits.max(-1, keepdims=True)
+    log_probs = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))  # [B, T, V]
+    targets = batch["tgt_out"]  # [B, T]
+    valid = targets != spec.pad_id
+    nll = -np.take_along_axis(log_probs, targets[..., None], -1)[..., 0]  # [B, T]
+    totals[f"{prefix}nll"] += float(nll[valid].sum())
+    totals[f"{prefix}tokens"] += int(valid.sum())
+    if count_first:
+        totals[f"{prefix}nll"] += len(targets) * math.log(logits.shape[-1])
+        totals[f"{prefix}tokens"] += len(targets)
+    if not prefix:
+        totals["correct"] += int((logits.argmax(-1) == targets)[valid].sum())
+
+
+def greedy_tokens(stack, model, run: RunConfig, corpus: corpora.Corpus, batch: dict) -> np.ndarray:
+    """Greedy decoding `[B, L]`: the stack's `greedy` (documents 002-004), or for document 001's models,
+    whose decoders take the whole target at once, one `run` per step on the tokens decoded so far."""
+    if catalogue.get(run.model).variable_length:
+        return stack.greedy(model, run.model, {"src": batch["src"], "src_len": batch["src_len"]}, max_len=run.max_len)["tokens"]
+    return rerun_greedy(stack, model, run.model, batch["src"], batch["tgt_out"].shape[1], corpus.sos_id)[0]
+
+
+def rerun_greedy(stack, model, name: str, src: np.ndarray, steps: int, sos_id: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """Greedy decoding by re-running the teacher-forced decoder on its own outputs: tokens `[B, steps]` and
+    the attention of the last run `[B, steps, S]` (None without attention). Exact for causal decoders."""
+    tokens = np.full((len(src), 1), sos_id, dtype=np.int64)  # [B, 1]
+    for _ in range(steps):
+        outputs = stack.run(model, name, {"src": src, "tgt_in": tokens})
+        tokens = np.concatenate([tokens, outputs["logits"][:, -1].argmax(-1)[:, None]], axis=1)  # [B, t + 2]
+    return tokens[:, 1:], outputs.get("attention")
+
+
+def encode_sentence(corpus: corpora.Corpus, sentence: str) -> tuple[np.ndarray, list[str]]:
+    """Source ids `[1, S]` and their tokens, tokenized as the corpus was: spaCy (Multi30k, with `<sos>`
+    and `<eos>`), the tutorial's preprocessing (spa-eng), or space-separated tokens (the reverse task)."""
+    if not sentence.strip():
+        raise ValueError("the sentence to translate is empty")
+    if corpus.name == "multi30k":
+        tokens = ["<sos>", *readers.tokenize(readers.spacy_tokenizers()[0], [sentence])[0], "<eos>"]
+    elif corpus.name == "spa_eng":
+        tokens = readers.preprocess_sentence(sentence).split()
+    else:
+        tokens = sentence.split()
+    try:
+        ids = corpus.src_vocab.encode(tokens)
+    except ValueError as error:
+        raise ValueError(f"cannot translate {sentence!r}: {error}") from None
+    return np.array([ids], dtype=np.int64), tokens

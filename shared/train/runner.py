@@ -1,0 +1,427 @@
+"""Training runs: `rosetta train`, `rosetta evaluate` and `rosetta translate` for one stack at a time.
+
+A run is a folder. `create_run` writes what both stacks share: `run.json` (model, config, training
+spec, data), `corpus/` (token ids and both vocabularies, so a checkpoint can be used later without the
+data or spaCy) and, once the first stack starts, `initial.safetensors` (both stacks start from those
+weights). Each stack then writes its own subfolder:
+
+    <stack>/checkpoint.safetensors   canonical weights (metadata: step, vocabulary fingerprints)
+    <stack>/checkpoint.pt | checkpoint.weights.h5   the same weights in the stack's own format
+    <stack>/loss.jsonl               one JSON line per step: step, epoch, loss, grad_norm, seconds
+    <stack>/evals.jsonl              one line per epoch: the validation metrics
+    <stack>/eval.json                the final metrics on the test split
+
+Every file is written atomically, so an interrupted run leaves the last complete checkpoint loadable
+and no partial file. A NaN or infinite loss stops the run with the step number and keeps the last good
+checkpoint. The stack is passed in as its contract module (`torch_impl` or `tf_impl`), whose `train`
+submodule holds the `Trainer`; this module imports no framework.
+"""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+import json
+import math
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from shared import catalogue, data, documents, failures, stacks
+from shared.core import optimizer_state
+from shared.core import teacher_forcing as schedules
+from shared.data import corpora
+from shared.io import atomic, safetensors_io
+from shared.io.atomic import write_atomic
+from shared.specs import RunConfig
+from shared.train.evaluation import encode_sentence, evaluate, rerun_greedy
+
+RUN_FILE, INITIAL_FILE, CORPUS_DIR = "run.json", "initial.safetensors", "corpus"
+CHECKPOINT, LOSS_LOG, EVAL_LOG, EVAL_FILE = "checkpoint.safetensors", "loss.jsonl", "evals.jsonl", "eval.json"
+STACKS = stacks.STACKS  # import order: torch first
+
+
+class RunError(ValueError):
+    """A run that cannot go on: diverged, or a folder that holds something else."""
+
+
+# ---------------------------------------------------------------- creating and reading a run folder
+
+
+def document_defaults(model: str) -> dict:
+    """The document's batch size, epochs and TrainSpec for `model`."""
+    document = catalogue.get(model).document
+    training = documents.get(document).training
+    if training is None:
+        raise ValueError(f"model {model!r} (document {document}) has no training data: document {document} trains nothing")
+    return {"batch_size": training.batch_size, "epochs": training.epochs, "spec": training.spec}
+
+
+def create_run(run_dir, model: str, data_dir=None, overrides: dict | None = None, corpus_options: dict | None = None,
+               **settings) -> RunConfig:  # fmt: skip
+    """Prepare `run_dir` for training `model`: the corpus (read once, saved with the run) and run.json.
+
+    An existing run.json must describe the same run (then this returns it): a folder never holds two runs.
+    """
+    run_dir, dataset, defaults = Path(run_dir), documents.dataset_for_model(model), document_defaults(model)
+    cache = run_dir / CORPUS_DIR
+    saved = (cache / corpora.CORPUS_FILE).is_file()
+    corpus = data.load_corpus(dataset, data_dir, cache_dir=cache if saved else None, **(corpus_options or {}))
+    sizes = {**corpus.vocab_overrides(model), **(overrides or {})}
+    config = catalogue.resolve_config(catalogue.get(model), settings.get("dtype", "float32"), sizes)
+    run = RunConfig(model=model, dataset=dataset, config=config, corpus_options=corpus.options, **{**defaults, **settings})
+    existing = run_dir / RUN_FILE
+    if existing.is_file():
+        if load_run(run_dir) != run:
+            raise RunError(f"{run_dir} already holds another run ({existing}); choose another --run-dir or delete it")
+        return run
+    if not saved:  # only now: a request refused above leaves no folder behind
+        corpus.save(cache)
+    write_atomic(existing, (json.dumps(run.to_json(), indent=2) + "\n").encode())
+    return run
+
+
+def load_run(run_dir) -> RunConfig:
+    """The RunConfig saved in `run_dir`; a missing or corrupt run.json raises ValueError."""
+    path = Path(run_dir) / RUN_FILE
+    if not path.is_file():
+        raise ValueError(f"{run_dir} is not a training run: it has no {RUN_FILE} (start one with `rosetta train`)")
+    try:
+        return RunConfig.from_json(json.loads(path.read_text()), str(path))
+    except (json.JSONDecodeError, TypeError, KeyError) as error:
+        raise ValueError(f"{path} is corrupt: {error}") from None
+
+
+import_stack = stacks.import_stack
+
+
+# ---------------------------------------------------------------- training
+
+
+def train(run_dir, stack_name: str, force: bool = False, progress: bool = True, resume: bool = False) -> dict:
+    """Train the run's model in one stack; returns the final test metrics (also written to eval.json).
+
+    `resume`: continue from the stack's last checkpoint (weights, Adam's state, the dropout generators, the
+    step in its epoch: the curve goes on as if never stopped); a finished stack returns its metrics, one
+    without a checkpoint starts from the beginning.
+    """
+    run_dir, run = Path(run_dir), load_run(run_dir)
+    stack, corpus = import_stack(stack_name), _load_corpus(run_dir)
+    out = run_dir / stack_name
+    resume = resume and (out / CHECKPOINT).is_file()
+    if resume and (out / EVAL_FILE).is_file():
+        return json.loads((out / EVAL_FILE).read_text())
+    if (out / CHECKPOINT).exists() and not (force or resume):
+        raise RunError(f"{out} already holds a checkpoint; pass --resume to continue it, --force to train again from the start")
+    out.mkdir(parents=True, exist_ok=True)
+    atomic.sweep_stale(out)
+    train_module = importlib.import_module(f"{stack.__name__}.train")
+    train_module.set_seed(run.seed)  # a run is repeatable: initial weights (first stack) and dropout masks
+    model = stack.build(run.model, run.dtype, **run.config)
+    _start_from_initial_weights(run_dir, stack, model, run)
+    model, device = train_module.place(model)
+    trainer = train_module.Trainer(model, run.model, run.spec)
+    start = _resume(stack, train_module, trainer, out) if resume else _Start()
+    if not resume:
+        for stale in (LOSS_LOG, EVAL_LOG, EVAL_FILE):
+            (out / stale).unlink(missing_ok=True)
+    started = time.perf_counter()
+    steps = _loop(run, stack, model, trainer, corpus, out, progress, start)
+    seconds = time.perf_counter() - started
+    result = evaluate(stack, model, run, corpus, final_split(corpus), limit=run.test_batches)
+    result.update(stack=stack_name, backend=train_module.backend(), device=device, steps=steps, train_seconds=seconds)
+    write_atomic(out / EVAL_FILE, (json.dumps(result, indent=2) + "\n").encode())
+    return result
+
+
+@dataclass(frozen=True)
+class _Start:
+    """Where a run's loop begins: the step already taken and its epoch (a fresh run: 0, 0)."""
+
+    step: int = 0
+    epoch: int = 0
+
+
+def _resume(stack, train_module, trainer, out: Path) -> _Start:
+    """Load the stack's last checkpoint into `trainer` (weights, Adam's state, the dropout generators) and cut the
+    logs back to it (a run killed while checkpointing may have logged further); where to start."""
+    tensors, metadata = safetensors_io.load(out / CHECKPOINT)
+    state = optimizer_state.optimizer_from_tensors(tensors, metadata)
+    if state is None or "rng" not in metadata:
+        raise ValueError(f"{out / CHECKPOINT} holds no optimizer or generator state to resume from; train with --force")
+    stack.set_weights(trainer.model, optimizer_state.weights_without_optimizer(tensors))
+    trainer.load_optimizer_state(state)
+    train_module.load_rng_state(trainer.model, json.loads(metadata["rng"]))
+    step, epoch = int(metadata["step"]), int(metadata["epoch"])
+    _keep_json_lines(out / LOSS_LOG, lambda record: record["step"] <= step)
+    _keep_json_lines(out / EVAL_LOG, lambda record: record["epoch"] < epoch)
+    return _Start(step, epoch)
+
+
+def _keep_json_lines(path: Path, keep) -> None:
+    if path.is_file():
+        records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        write_atomic(path, "".join(json.dumps(record) + "\n" for record in records if keep(record)).encode())
+
+
+def final_split(corpus: corpora.Corpus) -> str:
+    """The split of the final evaluation: "test", or "val" where the data has no test split (spa-eng)."""
+    return "test" if "test" in corpus.splits else "val"
+
+
+def _load_corpus(run_dir: Path) -> corpora.Corpus:
+    return corpora.Corpus.load(run_dir / CORPUS_DIR)
+
+
+def _start_from_initial_weights(run_dir: Path, stack, model, run: RunConfig) -> None:
+    """Both stacks start from `initial.safetensors`; the first stack to train writes it from its own init."""
+    path = run_dir / INITIAL_FILE
+    if path.is_file():
+        weights, _ = safetensors_io.load(path)
+        stack.set_weights(model, weights)
+    else:
+        safetensors_io.save(path, stack.get_weights(model), {"model": run.model, "written_by": stack.__name__})
+
+
+class _Progress:
+    """tqdm when installed (the `train` extra), else a line every few hundred steps."""
+
+    def __init__(self, total: int | None, enabled: bool, label: str):
+        self.bar, self.enabled, self.label = None, enabled, label
+        if enabled:
+            try:
+                from tqdm import tqdm
+
+                interval = 0.1 if sys.stderr.isatty() else 30  # a log file gets a line every 30 s
+                self.bar = tqdm(total=total, desc=label, unit="step", dynamic_ncols=True, mininterval=interval)
+            except ImportError:
+                pass
+
+    def advance(self, steps: int) -> None:
+        """Count steps taken before this process (a resumed run)."""
+        if self.bar is not None and steps:
+            self.bar.update(steps)
+
+    def update(self, step: int, loss: float) -> None:
+        if self.bar is not None:
+            self.bar.update(1)
+            self.bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
+        elif self.enabled and step % 200 == 0:
+            print(f"{self.label}: step {step} loss {loss:.4f}", flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _loop(run: RunConfig, stack, model, trainer, corpus: corpora.Corpus, out: Path, progress: bool, start: _Start) -> int:
+    """Epochs of shuffled, bucketed batches, each handed to the stack's `Trainer.train_epoch` (Keras's: `fit`);
+    checkpoints every `checkpoint_every` steps and after each epoch. Begins at `start` (the batches of its epoch
+    before its step skipped). Returns the number of steps taken."""
+    steps_per_epoch = math.ceil(len(corpus.splits["train"][0]) / run.batch_size)  # batches keep the last, short one
+    total = steps_per_epoch * run.epochs if run.max_steps is None else min(run.max_steps, steps_per_epoch * run.epochs)
+    steps = _Steps(run, stack, trainer, corpus, out, total, _Progress(total, progress, f"{run.model} [{stack.__name__}]"))
+    steps.step = steps.saved = start.step
+    steps.bar.advance(start.step)
+    try:
+        for epoch in range(start.epoch, run.epochs):
+            steps.start_epoch(epoch)
+            batches = corpus.batches("train", run.batch_size, rng=np.random.default_rng([run.seed, epoch]))
+            done_in_epoch = steps.step - epoch * steps_per_epoch  # > 0 only in a resumed run's first epoch
+            if done_in_epoch < steps_per_epoch and steps.step < total:
+                remaining = itertools.islice(batches, done_in_epoch, done_in_epoch + total - steps.step)
+                trainer.train_epoch(steps.inputs(remaining), steps.after_step)
+                steps.saved = _checkpoint(stack, trainer, run, corpus, out, steps.step, epoch, steps.log)
+            metrics_of_epoch = evaluate(stack, model, run, corpus, "val", limit=run.eval_batches)
+            _append_json_lines(out / EVAL_LOG, [{"epoch": epoch, "step": steps.step, **metrics_of_epoch}])
+            if steps.step == total:
+                break
+    finally:
+        steps.bar.close()
+    return steps.step
+
+
+class _Steps:
+    """The run's steps as a Trainer takes them: each batch padded, with its teacher-forcing schedule; after each
+    update, the log record, the divergence check, the progress bar and every `checkpoint_every` a checkpoint."""
+
+    def __init__(self, run: RunConfig, stack, trainer, corpus: corpora.Corpus, out: Path, total: int, bar: _Progress):
+        self.run, self.stack, self.trainer, self.corpus, self.out = run, stack, trainer, corpus, out
+        self.total, self.bar = total, bar
+        self.step, self.saved, self.epoch, self.log, self.clock = 0, 0, 0, [], time.perf_counter()
+
+    def start_epoch(self, epoch: int) -> None:
+        self.epoch, self.clock = epoch, time.perf_counter()
+
+    def inputs(self, batches) -> Iterator[tuple[dict, np.ndarray | None]]:
+        """(padded batch, schedule) pairs; the schedule drawn from (seed, the batch's own step)."""
+        for i, batch in enumerate(batches, start=self.step + 1):
+            yield pad_to_multiple(batch, self.run.length_multiple, self.corpus.pad_id), _schedule(self.run, batch, i)
+
+    def after_step(self, loss: float) -> bool:
+        """Record the update just taken (a non-finite loss or norm stops the run: RunError); False after the last."""
+        self.step += 1
+        norm, now = self.trainer.grad_norms[-1], time.perf_counter()
+        if not (math.isfinite(loss) and math.isfinite(norm)):
+            raise RunError(_diverged_message(loss, norm, self.step, self.saved, self.out))
+        self.log.append({"step": self.step, "epoch": self.epoch, "loss": loss, "grad_norm": norm, "seconds": now - self.clock})
+        self.bar.update(self.step, loss)
+        if self.step % self.run.checkpoint_every == 0:
+            self.saved = _checkpoint(self.stack, self.trainer, self.run, self.corpus, self.out, self.step, self.epoch, self.log)
+        self.clock = time.perf_counter()
+        return self.step < self.total
+
+
+def _diverged_message(loss: float, norm: float, step: int, saved: int, out: Path) -> str:
+    kept = f"the last good checkpoint (step {saved}) is {out / CHECKPOINT}" if saved else "no checkpoint was written yet"
+    return f"training diverged: loss {loss}, gradient norm {norm} at step {step}; stopped, {kept}"
+
+
+def _schedule(run: RunConfig, batch: dict, step: int) -> np.ndarray | None:
+    """The teacher-forcing coin flips of one step, drawn from (seed, step) so both stacks draw the same."""
+    if not catalogue.get(run.model).variable_length or run.spec.teacher_force_ratio == 1.0:
+        return None
+    steps = _padded_length(batch["tgt_in"].shape[1], run.length_multiple) - 1
+    return schedules.draw(run.spec.teacher_force_ratio, steps, np.random.default_rng([run.spec.seed, 2, step]))
+
+
+def _padded_length(length: int, multiple: int) -> int:
+    return -(-length // multiple) * multiple
+
+
+def pad_to_multiple(batch: dict, multiple: int, pad_id: int) -> dict:
+    """Pad `src`, `tgt_in`, `tgt_out` with `pad_id` up to a multiple of `multiple` steps (pads are masked
+    by `src_len` and ignored by the loss), so a stack that compiles per shape sees few shapes."""
+    if multiple <= 1:
+        return batch
+    padded = dict(batch)
+    for key in ("src", "tgt_in", "tgt_out"):
+        extra = _padded_length(batch[key].shape[1], multiple) - batch[key].shape[1]
+        padded[key] = np.pad(batch[key], ((0, 0), (0, extra)), constant_values=pad_id)
+    if "src_len" not in batch:  # the reverse task has fixed lengths and no mask: never pad its source
+        padded["src"] = batch["src"]
+    return padded
+
+
+def _append_json_lines(path: Path, records: list[dict]) -> None:
+    """Rewrite `path` with `records` added as JSON lines, atomically (a reader never sees half a line)."""
+    before = path.read_bytes() if path.is_file() else b""
+    write_atomic(path, before + "".join(json.dumps(record) + "\n" for record in records).encode())
+
+
+def _checkpoint(stack, trainer, run: RunConfig, corpus: corpora.Corpus, out: Path, step: int, epoch: int, log: list) -> int:
+    """Write the loss log, then the stack's own file, then the canonical checkpoint (each atomically); both
+    checkpoints hold Adam's state (`rosetta port --with-optimizer` reads it)."""
+    if log:
+        _append_json_lines(out / LOSS_LOG, log)
+        log.clear()
+    train_module, state = importlib.import_module(f"{stack.__name__}.train"), trainer.optimizer_state()  # once for both
+    weights = stack.get_weights(trainer.model)
+    needed = 2 * 3 * sum(array.nbytes for array in weights.values())  # two files, each the weights and two moments
+    atomic.check_free_space(out, needed, "the checkpoint")
+    trainer.save_checkpoint(out / f"checkpoint{train_module.NATIVE_SUFFIX}", state)
+    moments, optimizer_metadata = optimizer_state.optimizer_tensors(state)
+    metadata = {
+        "model": run.model,
+        "stack": stack.__name__,
+        "step": str(step),
+        "epoch": str(epoch),
+        "src_vocab": corpus.src_vocab.fingerprint,
+        "tgt_vocab": corpus.tgt_vocab.fingerprint,
+        "config": json.dumps(run.config, sort_keys=True),
+        "rng": json.dumps(train_module.rng_state(trainer.model)),  # the dropout generators: a resumed run goes on alike
+    }
+    safetensors_io.save(out / CHECKPOINT, {**weights, **moments}, {**metadata, **optimizer_metadata})
+    return step
+
+
+# ---------------------------------------------------------------- loading a trained model
+
+
+def load_trained(run_dir, stack_name: str):
+    """(stack, model, run, corpus) from a run's canonical checkpoint, after checking it fits the run's
+    vocabularies and config (a checkpoint of another run or vocabulary raises ValueError)."""
+    run_dir, run = Path(run_dir), load_run(run_dir)
+    stack, corpus = import_stack(stack_name), _load_corpus(run_dir)
+    path = run_dir / stack_name / CHECKPOINT
+    if not path.is_file():
+        raise ValueError(f"{run_dir} has no {stack_name} checkpoint ({path}): train it first")
+    weights, metadata = safetensors_io.load(path)
+    for side, vocab in (("src", corpus.src_vocab), ("tgt", corpus.tgt_vocab)):
+        if metadata.get(f"{side}_vocab") != vocab.fingerprint:
+            raise ValueError(
+                f"{path} was trained with another {side} vocabulary than {run_dir / CORPUS_DIR} "
+                f"(fingerprint {str(metadata.get(f'{side}_vocab'))[:12]} vs {vocab.fingerprint[:12]})"
+            )
+    if metadata.get("model") != run.model or json.loads(metadata.get("config", "null")) != run.config:
+        raise ValueError(f"{path} holds model {metadata.get('model')!r} with another config than {run_dir / RUN_FILE}")
+    model = stack.build(run.model, run.dtype, **run.config)
+    stack.set_weights(model, optimizer_state.weights_without_optimizer(weights))
+    return stack, model, run, corpus
+
+
+# ---------------------------------------------------------------- translation
+
+
+def translate(run_dir, stack_name: str, sentence: str, heatmap=None) -> dict:
+    """Greedy translation of one sentence with a run's checkpoint; with `heatmap`, its attention as a PNG.
+
+    Returns the source and output tokens (up to and including `<eos>`) and the attention `[L, S]`.
+    """
+    if heatmap is not None and not Path(heatmap).parent.is_dir():
+        raise ValueError(f"{heatmap}: its folder {Path(heatmap).parent} does not exist: create it first")
+    stack, model, run, corpus = load_trained(run_dir, stack_name)
+    src, source_tokens = encode_sentence(corpus, sentence)
+    if not catalogue.get(run.model).variable_length and src.shape[1] > run.max_len:
+        raise ValueError(
+            f"{len(source_tokens)} tokens: {run.model} decodes one output token per input token by re-running its "
+            f"decoder (quadratic in the length), so at most {run.max_len} (the run's max_len)"
+        )
+    if catalogue.get(run.model).variable_length:
+        decoded = stack.greedy(model, run.model, {"src": src, "src_len": np.array([src.shape[1]])}, max_len=run.max_len)
+        tokens, attention = decoded["tokens"][0], decoded["attention"][0]  # [L], [L, S]
+    else:
+        tokens, attention = rerun_greedy(stack, model, run.model, src, src.shape[1], corpus.sos_id)
+        tokens, attention = tokens[0], None if attention is None else attention[0]
+    # documents 002-004 stop at <eos>; the reverse task has none and decodes one token per source token
+    ends = catalogue.get(run.model).variable_length and corpus.eos_id in tokens
+    length = list(tokens).index(corpus.eos_id) + 1 if ends else len(tokens)
+    output_tokens = corpus.tgt_vocab.decode(tokens[:length])
+    result = {"source": source_tokens, "output": output_tokens, "attention": None if attention is None else attention[:length]}
+    if heatmap is not None:
+        if attention is None:
+            raise ValueError(f"model {run.model!r} has no attention to draw")
+        from shared.train.plots import attention_heatmap
+
+        attention_heatmap(result["attention"], source_tokens, output_tokens, heatmap, title=f"{run.model} [{stack_name}]")
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m shared.train.runner RUN_DIR STACK [--force | --resume] [--quiet]`: one stack of `rosetta train`, in its own
+    process."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m shared.train.runner", description=main.__doc__)
+    parser.add_argument("run_dir")
+    parser.add_argument("stack", choices=list(STACKS))
+    parser.add_argument("--force", action="store_true")
+    parser.add_argument("--resume", action="store_true")
+    parser.add_argument("--quiet", action="store_true")
+    args = parser.parse_args(argv)
+    if args.force and args.resume:
+        parser.error("--force starts again, --resume continues: pass one")
+
+    def command() -> int:
+        print(json.dumps(train(args.run_dir, args.stack, force=args.force, progress=not args.quiet, resume=args.resume)))
+        return 0
+
+    return failures.guarded(command, f"rosetta train ({args.stack})")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

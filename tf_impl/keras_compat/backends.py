@@ -1,0 +1,186 @@
+"""What differs between Keras 3's backends (TensorFlow, JAX, torch), in one place: gradients outside `fit`, the
+device, float64 on JAX. The models, `fit` and TorchAdam need none of it: they are Keras ops alone.
+
+Keras picks its backend from `KERAS_BACKEND` when it is first imported (tf_impl defaults it to "tensorflow").
+Stack-specific: torch_impl is torch itself.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable
+
+import keras
+
+from shared.catalogue import KERAS_BACKENDS as BACKENDS
+
+
+def name() -> str:
+    """The backend Keras runs on: one of BACKENDS."""
+    return keras.backend.backend()
+
+
+def check_dtype(dtype: str) -> None:
+    """Make a float64 model compute in float64 on this backend, or say why it cannot (ValueError).
+
+    JAX computes float64 only with its x64 on (JAX_ENABLE_X64=1). And Keras 3.15's type promotion maps float64 to
+    float32 on every backend but TensorFlow (`keras.backend.result_type`; keras-team/keras#23704): `ops.matmul`
+    on torch and `ops.tanh` on JAX return float32 for float64 inputs, so a float64 model would silently
+    compute in float32 (measured: 1e-7 from torch's float64 logits). For a float64 model this keeps float64 in
+    that promotion table, a Keras internal; float32 models are untouched.
+    """
+    if dtype != "float64" or name() == "tensorflow":
+        return
+    if name() == "jax":
+        import jax
+
+        if not jax.config.jax_enable_x64:
+            raise ValueError("float64 on Keras's JAX backend needs JAX's x64: set JAX_ENABLE_X64=1 before JAX starts")
+    from keras.src.backend.common import dtypes
+
+    table = getattr(dtypes, "BIT64_TO_BIT32_DTYPE", None)
+    if not isinstance(table, dict):
+        raise ValueError(
+            f"float64 on Keras's {name()} backend: this Keras's type promotion is unknown (float64 may compute as float32)"
+        )
+    table["float64"] = "float64"
+
+
+def value_and_gradients(compute_loss: Callable, variables: list) -> tuple[object, list]:
+    """`compute_loss()` and its gradient with respect to each of `variables` (Keras variables), dense (an
+    Embedding's IndexedSlices summed per row, as torch reports it); None for a variable the loss does not use."""
+    backend = name()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        from tf_impl.keras_compat.optim import dense
+
+        with tf.GradientTape() as tape:
+            loss = compute_loss()
+        return loss, [dense(g) for g in tape.gradient(loss, variables)]
+    if backend == "jax":
+        import jax
+
+        def loss_of(values):
+            with keras.StatelessScope(state_mapping=list(zip(variables, values, strict=True))):
+                return compute_loss()
+
+        return jax.jit(jax.value_and_grad(loss_of))([variable.value for variable in variables])
+    if backend == "torch":
+        import torch
+
+        loss = compute_loss()
+        return loss, list(torch.autograd.grad(loss, [variable.value for variable in variables], allow_unused=True))
+    raise ValueError(f"Keras backend {backend!r} is not one of {', '.join(BACKENDS)}")
+
+
+def gpu_name() -> str | None:
+    """The first GPU this backend sees (each places its arrays there by itself), or None."""
+    backend = name()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        gpus = tf.config.list_physical_devices("GPU")
+        return tf.config.experimental.get_device_details(gpus[0]).get("device_name", gpus[0].name) if gpus else None
+    if backend == "jax":
+        import jax
+
+        first = jax.devices()[0]
+        return first.device_kind if first.platform == "gpu" else None
+    import torch
+
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+
+
+def device() -> str:
+    """Where Keras computes: "cpu", or "gpu (<name>)" for the first GPU the backend sees."""
+    gpu = gpu_name()
+    return f"gpu ({gpu})" if gpu else "cpu"
+
+
+def version() -> dict[str, str]:
+    """The backend's framework and its version, e.g. {"jax": "0.10.2"}."""
+    module = importlib.import_module(name())
+    return {name(): module.__version__}
+
+
+def set_threads(threads: int) -> None:
+    """Fix the backend's CPU thread pools where they can still change (TensorFlow's before its first op,
+    torch's any time); JAX's are fixed when it starts (XLA_FLAGS, shared.tools.bench.thread_environment)."""
+    backend = name()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        try:
+            tf.config.threading.set_intra_op_parallelism_threads(threads)
+            tf.config.threading.set_inter_op_parallelism_threads(1)
+        except RuntimeError:  # already initialised (a test process): keep and record the pools as they are
+            pass
+    elif backend == "torch":
+        import torch
+
+        torch.set_num_threads(threads)
+
+
+def thread_settings() -> dict[str, int | str]:
+    """The thread pools that hold: TensorFlow's and torch's as they report them; JAX's as XLA_FLAGS set them."""
+    backend = name()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        pools = tf.config.threading
+        return {"intra_op": pools.get_intra_op_parallelism_threads(), "inter_op": pools.get_inter_op_parallelism_threads()}
+    if backend == "jax":
+        return {"xla_flags": os.environ.get("XLA_FLAGS", "")}
+    import torch
+
+    return {"intra_op": torch.get_num_threads(), "inter_op": torch.get_num_interop_threads()}
+
+
+def full_precision_matmuls() -> None:
+    """On a GPU, float32 matmuls in float32 (TF32 off), as on the CPU and as torch_impl's bench sets."""
+    backend = name()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        tf.config.experimental.enable_tensor_float_32_execution(False)
+    elif backend == "jax":
+        import jax
+
+        jax.config.update("jax_default_matmul_precision", "highest")
+    else:
+        import torch
+
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+
+
+def reset_peak_gpu_memory() -> None:
+    """Start the GPU's peak-memory count again (JAX's cannot be reset: its peak is the process's)."""
+    backend = name()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        tf.config.experimental.reset_memory_stats("GPU:0")
+    elif backend == "torch":
+        import torch
+
+        torch.cuda.reset_peak_memory_stats()
+
+
+def peak_gpu_memory_mb() -> float | None:
+    """The GPU allocator's peak bytes in MiB (JAX: since the process began, as its allocator counts them)."""
+    backend = name()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        return tf.config.experimental.get_memory_info("GPU:0")["peak"] / 2**20
+    if backend == "jax":
+        import jax
+
+        stats = jax.devices()[0].memory_stats() or {}
+        return stats["peak_bytes_in_use"] / 2**20 if "peak_bytes_in_use" in stats else None
+    import torch
+
+    return torch.cuda.max_memory_allocated() / 2**20

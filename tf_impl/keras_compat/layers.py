@@ -1,0 +1,150 @@
+"""Keras recurrent cells that keep PyTorch's two biases (stack-specific helper: torch needs no counterpart).
+
+torch's nn.RNN and nn.LSTM add two biases per cell, `b_ih` and `b_hh`; Keras's SimpleRNN and LSTM add
+one. A single summed bias gives the same forward pass but trains differently (see shared/core/canonical.py),
+so these cells hold both, stacked as one `(2, G*units)` variable like Keras's own GRU with
+`reset_after=True`. Keras's GRU already matches torch and is used as it is. `TorchLSTM` stacks layers
+with torch's state layout `[L, B, H]` and between-layer dropout.
+"""
+
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+
+@keras.saving.register_keras_serializable(package="rosetta")
+class TorchRNNCell(keras.layers.Layer):
+    """Elman cell as torch's nn.RNN: `h' = tanh(x W_ih + b_ih + h W_hh + b_hh)`.
+
+    Args:
+        units: hidden size H.
+    Variables: `kernel` `[I, H]`, `recurrent_kernel` `[H, H]`, `bias` `[2, H]` = [b_ih; b_hh].
+    """
+
+    def __init__(self, units: int, **kwargs):
+        super().__init__(**kwargs)
+        self.units = units
+        self.state_size = units
+        self.output_size = units
+
+    def build(self, input_shape):
+        init = keras.initializers.RandomUniform(-(self.units**-0.5), self.units**-0.5)  # torch's default
+        self.kernel = self.add_weight(shape=(input_shape[-1], self.units), initializer=init, name="kernel")
+        self.recurrent_kernel = self.add_weight(shape=(self.units, self.units), initializer=init, name="recurrent_kernel")
+        self.bias = self.add_weight(shape=(2, self.units), initializer=init, name="bias")
+
+    def call(self, inputs, states, training=False):
+        prev = states[0] if isinstance(states, (list, tuple)) else states  # [B, H]
+        x_part = ops.matmul(inputs, self.kernel) + self.bias[0]  # [B, H]
+        h_part = ops.matmul(prev, self.recurrent_kernel) + self.bias[1]  # [B, H]
+        output = ops.tanh(x_part + h_part)  # [B, H]
+        return output, [output]
+
+    def get_config(self):
+        return {**super().get_config(), "units": self.units}
+
+
+@keras.saving.register_keras_serializable(package="rosetta")
+class TorchLSTMCell(keras.layers.Layer):
+    """LSTM cell as torch's nn.LSTM: gates `x W_ih + b_ih + h W_hh + b_hh` in torch's order (i, f, g, o).
+
+    Args:
+        units: hidden size H.
+    Variables: `kernel` `[I, 4H]`, `recurrent_kernel` `[H, 4H]`, `bias` `[2, 4H]` = [b_ih; b_hh].
+    """
+
+    def __init__(self, units: int, **kwargs):
+        super().__init__(**kwargs)
+        self.units = units
+        self.state_size = [units, units]
+        self.output_size = units
+
+    def build(self, input_shape):
+        init = keras.initializers.RandomUniform(-(self.units**-0.5), self.units**-0.5)  # torch's default
+        width = 4 * self.units
+        self.kernel = self.add_weight(shape=(input_shape[-1], width), initializer=init, name="kernel")
+        self.recurrent_kernel = self.add_weight(shape=(self.units, width), initializer=init, name="recurrent_kernel")
+        self.bias = self.add_weight(shape=(2, width), initializer=init, name="bias")
+
+    def call(self, inputs, states, training=False):
+        h_prev, c_prev = states  # [B, H], [B, H]
+        gates = ops.matmul(inputs, self.kernel) + self.bias[0] + ops.matmul(h_prev, self.recurrent_kernel) + self.bias[1]
+        i, f, g, o = ops.split(gates, 4, axis=-1)  # each [B, H]
+        c = ops.sigmoid(f) * c_prev + ops.sigmoid(i) * ops.tanh(g)  # [B, H]
+        h = ops.sigmoid(o) * ops.tanh(c)  # [B, H]
+        return h, [h, c]
+
+    def get_config(self):
+        return {**super().get_config(), "units": self.units}
+
+
+@keras.saving.register_keras_serializable(package="rosetta")
+class TorchLSTM(keras.layers.Layer):
+    """A stacked, batch-first LSTM with torch's interface: `(outputs, (h_n, c_n))`, states `[L, B, H]`.
+
+    Like nn.LSTM(dropout=p), dropout applies to every layer's outputs but the last, in training only.
+    Args:
+        units: hidden size H; num_layers: L; dropout: p between layers.
+    """
+
+    def __init__(self, units: int, num_layers: int = 1, dropout: float = 0.0, **kwargs):
+        super().__init__(**kwargs)
+        self.units = units
+        self.num_layers = num_layers
+        self.dropout = dropout
+        self.supports_masking = True  # the mask is passed on to every layer of the stack
+        self.stack = [
+            keras.layers.RNN(
+                TorchLSTMCell(units, name=f"cell_l{i}", dtype=self.dtype_policy),
+                return_sequences=True,
+                return_state=True,
+                zero_output_for_mask=True,  # zero outputs at padded steps, as torch's packing
+                name=f"lstm_l{i}",
+                dtype=self.dtype_policy,
+            )
+            for i in range(num_layers)
+        ]
+        self.inter_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+
+    def call(self, inputs, initial_state=None, mask=None, training=False):
+        """`inputs [B, S, E]`, `initial_state` (h, c) each `[L, B, H]` or None -> outputs `[B, S, H]`, (h_n, c_n)."""
+        x, hs, cs = inputs, [], []
+        for i, layer in enumerate(self.stack):
+            state = None if initial_state is None else [initial_state[0][i], initial_state[1][i]]
+            x, h, c = layer(x, initial_state=state, mask=mask, training=training)  # [B, S, H], [B, H], [B, H]
+            hs.append(h)
+            cs.append(c)
+            if i + 1 < self.num_layers:
+                x = self.inter_dropout(x, training=training)
+        return x, (ops.stack(hs), ops.stack(cs))  # [B, S, H], ([L, B, H], [L, B, H])
+
+    def get_config(self):
+        return {**super().get_config(), "units": self.units, "num_layers": self.num_layers, "dropout": self.dropout}
+
+    def _trackable_children(self, save_type="checkpoint", **kwargs):
+        # TensorFlow's object graph does not see layers kept in a Keras list: name them, or a
+        # tf.train.Checkpoint of the model silently leaves the stack out (Keras's own files are unchanged)
+        children = super()._trackable_children(save_type, **kwargs)
+        return {**children, **{layer.name: layer for layer in self.stack}}
+
+
+def torch_rnn(units: int, name: str, dtype=None) -> keras.layers.RNN:
+    """A batch-first Keras RNN layer over `TorchRNNCell` returning (sequence, final state), like nn.RNN."""
+    cell = TorchRNNCell(units, name=f"{name}_cell", dtype=dtype)
+    return keras.layers.RNN(cell, return_sequences=True, return_state=True, zero_output_for_mask=True, name=name, dtype=dtype)
+
+
+def torch_gru(units: int, name: str, dtype=None) -> keras.layers.GRU:
+    """A batch-first Keras GRU computing what nn.GRU computes (given weights mapped by shared.core.canonical)."""
+    return keras.layers.GRU(
+        units,
+        activation="tanh",
+        recurrent_activation="sigmoid",  # torch's gates use the logistic sigmoid, not hard_sigmoid
+        reset_after=True,  # torch applies the reset gate after the recurrent matmul: r * (W_hn h + b_hn)
+        return_sequences=True,
+        return_state=True,
+        zero_output_for_mask=True,  # zero outputs at padded steps, as torch's packing (Bidirectional forces it)
+        name=name,
+        dtype=dtype,
+    )

@@ -1,0 +1,155 @@
+"""What the real-data models (documents 002, 003, 004) share: padding masks, packed recurrent layers,
+masked softmax, and the two decoding loops (teacher-forced with a schedule, and greedy).
+
+Legend: B batch, S source length, T target length, V target vocabulary. Batch-first; the documents'
+time-major `forward(source [S, B], target [T, B])` is kept at the model's edge and converted once.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from shared.core.taps import ATTENTION_SCORES, ENCODER_OUTPUTS, ENCODER_STATE, tap
+
+
+def source_mask(src_len: torch.Tensor | None, max_len: int) -> torch.Tensor | None:
+    """`[B, S]` True on real tokens, False on padding; None when the batch has no lengths."""
+    if src_len is None:
+        return None
+    return torch.arange(max_len, device=src_len.device) < src_len.unsqueeze(1)  # [B, S]
+
+
+def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Softmax over the last axis giving exactly zero weight where `mask` is False (the attention weights;
+    `scores` are tapped as they come, before the mask)."""
+    tap(ATTENTION_SCORES, scores)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))  # [B, S]
+    return torch.softmax(scores, dim=-1)
+
+
+def run_rnn(rnn: nn.RNNBase, inputs: torch.Tensor, lengths: torch.Tensor | None, hidden=None):
+    """Run a batch-first recurrent layer; with `lengths`, pack so each row stops at its own end.
+
+    Packing makes the final states those of each row's last real token (a bidirectional layer's
+    backward pass starts there too) and zeroes the outputs at padded steps: what Keras's masking does.
+    """
+    if lengths is None:
+        return rnn(inputs, hidden)
+    packed = pack_padded_sequence(inputs, lengths.cpu(), batch_first=True, enforce_sorted=False)
+    outputs, hidden = rnn(packed, hidden)
+    outputs, _ = pad_packed_sequence(outputs, batch_first=True, total_length=inputs.shape[1])  # [B, S, D*H]
+    return outputs, hidden
+
+
+def _next_input(true_token: torch.Tensor, output: torch.Tensor, forced) -> torch.Tensor:
+    """The true token where teacher-forced (`forced` True or None), else the argmax of `output [B, V]`."""
+    if forced is None:
+        return true_token
+    return torch.where(torch.as_tensor(forced), true_token, output.argmax(-1))  # [B]
+
+
+class Seq2SeqBase(nn.Module):
+    """An encoder and a decoder, and the decoding loops over `encode(src, src_len) -> (memory, hidden)`
+    and a subclass's `features(x, hidden, memory) -> (features [B, *], hidden, attention [B, S])` and
+    `project(features) -> logits` (the output layer).
+
+    Args:
+        seed: of the generator the documents' `teacher_force_ratio` coin flips are drawn from.
+    Attributes:
+        as_written: decode as the document's listing, everything at every step (the speed baseline);
+            False (ours): the attention's encoder share once (`memory` keys), and when every decoder
+            input is known (no schedule) the output layer once after the loop.
+    """
+
+    as_written = False
+
+    def __init__(self, encoder: nn.Module, decoder: nn.Module, seed: int = 0):
+        super().__init__()
+        self.encoder = encoder
+        self.decoder = decoder
+        self.schedule_rng = np.random.default_rng(seed)
+
+    def encode(self, src, src_len=None):
+        """The memory and the decoder's first state."""
+        encoder_outputs, hidden = self.encoder(src, src_len)
+        return self.memory(encoder_outputs, src_len), tap(ENCODER_STATE, hidden)
+
+    def memory(self, encoder_outputs, src_len):
+        """Encoder outputs `[B, S, *]`, their padding mask `[B, S]` and the attention keys (None as written)."""
+        tap(ENCODER_OUTPUTS, encoder_outputs)
+        keys = None if self.as_written else self.decoder.attention.keys(encoder_outputs)
+        return encoder_outputs, source_mask(src_len, encoder_outputs.shape[1]), keys
+
+    def step(self, x, hidden, memory):
+        """One decoder step: logits `[B, V]`, the next state, attention `[B, S]`."""
+        features, hidden, weights = self.features(x, hidden, memory)
+        return self.project(features), hidden, weights
+
+    def decode(self, src, tgt_in, src_len=None, teacher_forcing=None):
+        """Logits `[B, T, V]` (step t predicts the token after `tgt_in[:, t]`) and attention `[B, T, S]`.
+
+        Args:
+            teacher_forcing: `[T - 1]` booleans from shared.core.teacher_forcing; entry t False feeds step
+                t + 1 the argmax of step t instead of `tgt_in[:, t + 1]`. None: always the true token.
+        """
+        memory, hidden = self.encode(src, src_len)
+        if teacher_forcing is None and not self.as_written:
+            return self.decode_teacher_forced(tgt_in, hidden, memory)
+        x, logits, attention = tgt_in[:, 0], [], []  # x: [B], <sos> first
+        for t in range(tgt_in.shape[1]):
+            output, hidden, weights = self.step(x, hidden, memory)  # [B, V], ..., [B, S]
+            logits.append(output)
+            attention.append(weights)
+            if t + 1 < tgt_in.shape[1]:
+                x = _next_input(tgt_in[:, t + 1], output, None if teacher_forcing is None else teacher_forcing[t])
+        return torch.stack(logits, 1), torch.stack(attention, 1)  # [B, T, V], [B, T, S]
+
+    def decode_teacher_forced(self, tgt_in, hidden, memory):
+        """Every input known: the loop computes features only; the output layer runs once after it."""
+        features, attention = [], []
+        for t in range(tgt_in.shape[1]):
+            feature, hidden, weights = self.features(tgt_in[:, t], hidden, memory)  # [B, *], ..., [B, S]
+            features.append(feature)
+            attention.append(weights)
+        return self.project(torch.stack(features, 1)), torch.stack(attention, 1)  # [B, T, V], [B, T, S]
+
+    def translate(self, src, src_len=None, *, max_len: int, sos_id: int, eos_id: int, pad_id: int):
+        """Greedy decoding (document 003's `translate`, batched): token ids `[B, L]` and attention `[B, L, S]`.
+
+        Each row stops at its `<eos>` (kept in the output); later positions hold `<pad>` and zero
+        attention. L is the longest row, at most `max_len`.
+        """
+        memory, hidden = self.encode(src, src_len)
+        x = torch.full((src.shape[0],), sos_id, dtype=torch.long, device=src.device)  # [B]
+        done = torch.zeros_like(x, dtype=torch.bool)
+        tokens, attention = [], []
+        for _ in range(max_len):
+            output, hidden, weights = self.step(x, hidden, memory)
+            x = output.argmax(-1)  # [B]
+            tokens.append(x.masked_fill(done, pad_id))
+            attention.append(weights.masked_fill(done.unsqueeze(1), 0.0))
+            done = done | (x == eos_id)
+            if bool(done.all()):
+                break
+        return torch.stack(tokens, 1), torch.stack(attention, 1)  # [B, L], [B, L, S]
+
+    def draw_schedule(self, teacher_force_ratio: float, steps: int):
+        """The documents' per-step coin flips, from this model's seeded numpy generator (never `random`)."""
+        from shared.core.teacher_forcing import draw
+
+        return draw(teacher_force_ratio, steps, self.schedule_rng)
+
+    def time_major_forward(self, source, target, teacher_force_ratio):
+        """The documents' `forward(source [S, B], target [T, B], ratio)` -> outputs `[T, B, V]`.
+
+        Row 0 stays zero as in Ben Trevett's tutorial and document 003 (nothing predicts `<sos>`; the
+        loss skips it); row t predicts `target[t]` from `target[t - 1]` (document 002 fed `target[0]`
+        twice and predicted nothing for its last step).
+        """
+        schedule = self.draw_schedule(teacher_force_ratio, target.shape[0] - 2)
+        logits, _ = self.decode(source.t(), target[:-1].t(), teacher_forcing=schedule)  # [B, T - 1, V]
+        return torch.cat([torch.zeros_like(logits[:, :1]), logits], 1).transpose(0, 1)  # [T, B, V]
