@@ -38,23 +38,12 @@ def _import(stack: str):
 STACKS = _requested()
 STACK_MODULES = {stack: _import(stack) for stack in STACKS}
 
-collect_ignore = []
-if not STACKS:
-    collect_ignore += ["test_stack.py", "test_runner.py", "test_fast_paths.py", "test_stack_bench.py", "test_reliability.py"]
-if "torch" not in STACKS:
-    collect_ignore.append("test_torch_documents.py")
-if len(STACKS) < 2:
-    collect_ignore += [
-        "test_cross.py",
-        "test_training.py",
-        "test_porting.py",
-        "test_port_layouts.py",
-        "test_port_tf_layouts.py",
-        "test_convert.py",
-        "test_fit.py",
-    ]
-if len(STACKS) < 2 or STACK_MODULES["tf"].backends.name() == "tensorflow":
-    collect_ignore.append("test_backends.py")  # the keras env's (test_fit runs on TensorFlow)
+# One folder per tox env: shared/ (numpy only), stack/ (each stack alone: torch and tf envs), torch/ and tf/ (one
+# stack's own files), cross/ (both stacks in one process), keras/ (Keras on JAX or torch against torch_impl). A folder
+# whose stacks are not under test is not collected.
+FOLDERS_NEEDING = {"stack": bool(STACKS), "torch": "torch" in STACKS, "tf": "tf" in STACKS, "cross": len(STACKS) == 2}
+FOLDERS_NEEDING["keras"] = FOLDERS_NEEDING["cross"] and STACK_MODULES["tf"].backends.name() != "tensorflow"
+collect_ignore = [folder for folder, runs in FOLDERS_NEEDING.items() if not runs]
 
 
 @pytest.fixture(params=STACKS)

@@ -1,5 +1,5 @@
-"""`fit` as a Keras user writes it, on the fixture batches of shared.verify.training: for tests/test_fit.py (TensorFlow)
-and tests/test_backends.py (JAX, torch). No TensorFlow import: Keras's other backends run it too."""
+"""`fit` as a Keras user writes it, on the fixture batches of shared.verify.training: for tests/cross/test_fit.py (TensorFlow)
+and tests/keras/test_backends.py (JAX, torch). No TensorFlow import: Keras's other backends run it too."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 Written here rather than imported so that `shared` needs numpy alone, and so that the bytes we write are
 fully ours to keep deterministic: keys sorted, little-endian, no padding surprises, metadata sorted.
-Files written here load with the `safetensors` package and vice versa (tests/test_shared.py checks both).
+Files written here load with the `safetensors` package and vice versa (tests/shared/test_shared.py checks both).
 """
 
 from __future__ import annotations

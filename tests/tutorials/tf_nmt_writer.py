@@ -1,4 +1,4 @@
-"""Writes document 004's checkpoints as the users of TensorFlow's NMT tutorial did, for tests/test_tf_checkpoints.py.
+"""Writes document 004's checkpoints as the users of TensorFlow's NMT tutorial did, for tests/tf/test_tf_checkpoints.py.
 
 It runs in its process's own Keras: Keras 3 in the test process, Keras 2 in a subprocess started with
 `TF_USE_LEGACY_KERAS=1` (set before TensorFlow is imported):

@@ -275,7 +275,7 @@ def test_the_readmes_example_runs_as_written(tmp_path, monkeypatch):
     from pathlib import Path
 
     monkeypatch.chdir(tmp_path)  # it writes log.csv
-    text = (Path(__file__).parent.parent / "README.md").read_text()
+    text = (Path(__file__).parents[2] / "README.md").read_text()
     example = text.split("## Training in Keras the Keras way", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
     namespace: dict = {}
     exec(compile(example, "README.md", "exec"), namespace)  # noqa: S102 (our own README's code)

@@ -25,12 +25,12 @@ from shared.io import atomic, safetensors_io
 from shared.train import runner
 from shared.verify import fixtures
 from shared.verify.equality import assert_close
-from tests.test_runner import REVERSE_DATA, SMALL, _run, _stack_name
+from tests.stack.test_runner import REVERSE_DATA, SMALL, _run, _stack_name
 
 NAME = "reverse_luong_dot"
 SETS = [f"--set={key}={value}" for key, value in catalogue.get(NAME).fixture_config.items()]
 SUFFIXES = {"torch": (".pt", ".safetensors"), "tf": (".weights.h5", ".keras")}  # (source, destination)
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _source(stack, folder: Path, weights: dict | None = None) -> Path:

@@ -27,7 +27,7 @@ from tests.tutorials import tf_nmt_writer as writer  # noqa: E402
 from tf_impl import checkpoints  # noqa: E402
 from tf_impl.weights import get_grads  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NAME = "tf_tutorial"
 PAIRS = {"encoder": "enc", "decoder": "dec"}  # the Keras 2 part files' names (TF format)
 H5_PARTS = {"encoder": "encoder.weights.h5", "decoder": "decoder.weights.h5"}

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # Keras cells keeping torch's two biases, torch's Adam rule and clipping, the `.keras` config and the backends
 # (keras_compat/), TensorFlow checkpoints, Keras's `fit` on the models: torch needs no counterpart; references.py holds
 # each stack's own tutorials (Trevett's notebook in torch, TensorFlow's NMT tutorial in Keras), which mirror nothing

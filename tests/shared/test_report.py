@@ -11,7 +11,7 @@ import pytest
 from shared import catalogue
 from shared.tools.report import NO_GPU, write_report
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 CPU = {"machine": "cpu-test-2c", "cpu": "Test CPU", "cores": 2, "gpu": None, "device": "cpu", "threads": 2,
        "versions": {"python": "3.12.3", "numpy": "2.1"}, "commit": "abc1234", "created": "2026-11-22T20:00:00Z",
        "profile": "default", "matmul_gflops": 100.0}  # fmt: skip

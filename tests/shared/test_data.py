@@ -21,7 +21,7 @@ from shared import catalogue, data, documents
 from shared.data import corpora, readers
 from shared.data.vocab import Vocab, build_keras_vocab, build_vocab
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DATA_DIR = Path(os.environ.get(data.ENV_VAR) or REPO.parent / "shared" / "data")
 
 

@@ -22,7 +22,7 @@ from shared.cli import main as rosetta
 from shared.port import porting
 from tests.tutorials import tf_nmt_writer as writer
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def reference_2021(path):
@@ -72,12 +72,12 @@ def test_a_tutorial_checkpoint_ports_each_way_and_matches_the_tutorials_model(re
 def test_the_2021_tutorial_read_with_the_2020_preset_is_refused_against_the_users_model(keras3, tmp_path, capsys):
     source = keras3 / "2021-adam" / "training_checkpoints"
     argv = ["port", str(source), str(tmp_path / "nmt.pt"), "--from", "tf-nmt-2020"]
-    assert rosetta([*argv, "--reference", "tests.test_port_tf_layouts:reference_2021"]) == 1
+    assert rosetta([*argv, "--reference", "tests.cross.test_port_tf_layouts:reference_2021"]) == 1
     out = capsys.readouterr().out
-    assert "against tests.test_port_tf_layouts:reference_2021" in out and "(float64)" in out
+    assert "against tests.cross.test_port_tf_layouts:reference_2021" in out and "(float64)" in out
     assert "not ported: attention weights, decoder step 0 differs (nothing written)" in out
     assert not (tmp_path / "nmt.pt").exists()
-    assert rosetta([*argv[:-1], "tf-nmt-2021", "--reference", "tests.test_port_tf_layouts:reference_2021"]) == 0
+    assert rosetta([*argv[:-1], "tf-nmt-2021", "--reference", "tests.cross.test_port_tf_layouts:reference_2021"]) == 0
     capsys.readouterr()
 
 
@@ -87,7 +87,7 @@ def test_a_swap_key_map_reads_the_2021_tutorial_into_the_2020_model(keras3, tmp_
     key_map = {"model": "tf_tutorial", "format": "tf_checkpoint", "transforms": [swap], "runner": "tf_impl.references:run_tf_nmt"}
     (tmp_path / "swap.json").write_text(json.dumps(key_map))
     report = porting.port(keras3 / "2021-adam" / "training_checkpoints", tmp_path / "doc.pt", key_map=str(tmp_path / "swap.json"),
-                          reference="tests.test_port_tf_layouts:reference_2021")  # fmt: skip
+                          reference="tests.cross.test_port_tf_layouts:reference_2021")  # fmt: skip
     assert report.ok and report.config["w1_on_query"] is False, porting.render(report)
     expected = _expected(keras3 / "2021-adam")
     assert np.abs(_torch_logits(tmp_path / "doc.pt", report.config, expected) - expected["logits"]).max() < 1e-5

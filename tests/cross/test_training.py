@@ -33,7 +33,7 @@ from shared.verify.training import (
 from tests.conftest import MAXIMA
 
 MODELS = catalogue.built()
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])

@@ -271,7 +271,7 @@ def test_the_cli_asks_for_what_it_needs(tmp_path, capsys):
 def test_the_readmes_example_runs_as_written():
     from pathlib import Path
 
-    text = (Path(__file__).parent.parent / "README.md").read_text()
+    text = (Path(__file__).parents[2] / "README.md").read_text()
     section = text.split("## Porting your own model", 1)[1]
     example = section.split("```python\n", 1)[1].split("```", 1)[0]
     namespace: dict = {}

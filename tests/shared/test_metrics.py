@@ -257,7 +257,7 @@ def test_heatmap_leaves_pyplot_unimported(tmp_path):
         f"plots.attention_heatmap(np.eye(2), ['a', 'b'], ['c', 'd'], {str(tmp_path / 'eye.png')!r}); "
         "sys.exit('pyplot imported' if 'matplotlib.pyplot' in sys.modules else 0)"
     )
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[1])
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[2])
     assert (tmp_path / "eye.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from shared import catalogue
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("shared", "torch_impl", "tf_impl")
 
 
