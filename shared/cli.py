@@ -99,12 +99,12 @@ def _train(args) -> int:
     from dataclasses import replace
 
     from shared import data
-    from shared.train import runner
+    from shared.train import runner, runs
 
     if args.skip_without_data and _no_data(args):
         print(f"rosetta: {args.model} skipped: no data folder (--data-dir or {data.ENV_VAR})")
         return 0
-    defaults = runner.document_defaults(args.model)
+    defaults = runs.document_defaults(args.model)
     spec = defaults["spec"]
     changes = {"lr": args.lr, "eps": args.eps, "teacher_force_ratio": args.teacher_force, "optimizer": args.optimizer}
     spec = replace(spec, **{key: value for key, value in changes.items() if value is not None})
@@ -117,13 +117,13 @@ def _train(args) -> int:
                 "checkpoint_every": args.checkpoint_every}  # fmt: skip
     settings = {key: value for key, value in settings.items() if value is not None}
     run_dir = Path(args.run_dir or f"runs/{args.model}")
-    if args.resume and (run_dir / runner.RUN_FILE).is_file():  # the run as it was started: its own settings
-        run = runner.load_run(run_dir)
+    if args.resume and (run_dir / runs.RUN_FILE).is_file():  # the run as it was started: its own settings
+        run = runs.load_run(run_dir)
         if run.model != args.model:
             raise ValueError(f"{run_dir} is a run of {run.model}, not {args.model}")
     else:
         sizes, options = _key_values(args.set, "--set"), _key_values(args.data_option, "--data-option")
-        run = runner.create_run(run_dir, args.model, args.data_dir, sizes, options, spec=spec, dtype=args.dtype, **settings)
+        run = runs.create_run(run_dir, args.model, args.data_dir, sizes, options, spec=spec, dtype=args.dtype, **settings)
     stacks = list(STACKS) if args.stack == "both" else [args.stack]
     if args.prepare:
         train_command = f"python -m shared.train.runner {run_dir} STACK"
@@ -158,18 +158,18 @@ def _child_argv(args, stack: str) -> list[str]:
 
 
 def _evaluate(args) -> int:
-    from shared.train import evaluation, runner
+    from shared.train import evaluation, runs
 
-    stack, model, run, corpus = runner.load_trained(args.run_dir, args.stack)
+    stack, model, run, corpus = runs.load_trained(args.run_dir, args.stack)
     result = evaluation.evaluate(stack, model, run, corpus, args.split, limit=args.batches)
     print(json.dumps({"stack": args.stack, **result}, indent=2))
     return 0
 
 
 def _translate(args) -> int:
-    from shared.train import runner
+    from shared.train import evaluation
 
-    result = runner.translate(args.run_dir, args.stack, args.sentence, heatmap=args.heatmap)
+    result = evaluation.translate(args.run_dir, args.stack, args.sentence, heatmap=args.heatmap)
     print(" ".join(result["output"]))
     if args.heatmap:
         print(f"attention heatmap: {args.heatmap}", file=sys.stderr)
@@ -178,11 +178,11 @@ def _translate(args) -> int:
 
 def _reproduction(args) -> int:
     from shared.tools import reproduction
-    from shared.train import runner
+    from shared.train import runs
 
     for run_dir in args.runs:
         for stack in STACKS:
-            if (Path(run_dir) / stack / runner.LOSS_LOG).is_file():
+            if (Path(run_dir) / stack / runs.LOSS_LOG).is_file():
                 print(f"summary: {reproduction.write_summary(run_dir, stack, args.results)}")
     summaries = reproduction.load_summaries(args.results)
     text = reproduction.render(summaries)

@@ -17,7 +17,7 @@ import numpy as np
 
 from shared import catalogue, documents
 from shared.io.atomic import write_atomic
-from shared.train import runner
+from shared.train import runner, runs
 
 CURVE_POINTS = 200  # the loss curve of a summary: at most this many window means
 
@@ -29,11 +29,11 @@ def _json_lines(path: Path) -> list[dict]:
 def summarize(run_dir, stack: str) -> dict:
     """One stack's run in `run_dir` as a summary (a run stopped early gives `complete: false`, no `final`)."""
     run_dir = Path(run_dir)
-    run, out = runner.load_run(run_dir), run_dir / stack
-    steps, evals = _json_lines(out / runner.LOSS_LOG), _json_lines(out / runner.EVAL_LOG)
+    run, out = runs.load_run(run_dir), run_dir / stack
+    steps, evals = _json_lines(out / runs.LOSS_LOG), _json_lines(out / runs.EVAL_LOG)
     if not steps:
-        raise ValueError(f"{out} has no {runner.LOSS_LOG}: this stack has not trained in {run_dir}")
-    final = json.loads((out / runner.EVAL_FILE).read_text()) if (out / runner.EVAL_FILE).is_file() else None
+        raise ValueError(f"{out} has no {runs.LOSS_LOG}: this stack has not trained in {run_dir}")
+    final = json.loads((out / runs.EVAL_FILE).read_text()) if (out / runs.EVAL_FILE).is_file() else None
     summary = {
         "run": run_dir.resolve().name,
         "model": run.model,
@@ -55,7 +55,7 @@ def summarize(run_dir, stack: str) -> dict:
         "val_by_epoch": evals,
         "loss_curve": _curve(steps),
     }
-    if all((run_dir / other / runner.LOSS_LOG).is_file() for other in runner.STACKS):
+    if all((run_dir / other / runs.LOSS_LOG).is_file() for other in runner.STACKS):
         summary["curve_vs_other_stack"] = curve_difference(run_dir)
     return summary
 
@@ -182,7 +182,7 @@ def curve_difference(run_dir, first: int = 200) -> dict[str, float]:
     """Max |torch - tf| of a run trained in both stacks: over its first `first` steps, and over all steps."""
     curves = []
     for stack in runner.STACKS:
-        steps = _json_lines(Path(run_dir) / stack / runner.LOSS_LOG)
+        steps = _json_lines(Path(run_dir) / stack / runs.LOSS_LOG)
         curves.append(np.array([record["loss"] for record in steps]))
     length = min(map(len, curves))
     if not length:

@@ -7,6 +7,7 @@ The stack is passed in as its contract module (`run`, `greedy`), so this module 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 
@@ -14,7 +15,7 @@ from shared import catalogue, documents
 from shared.core import teacher_forcing as schedules
 from shared.data import corpora, readers
 from shared.specs import RunConfig
-from shared.train import metrics
+from shared.train import metrics, runs
 
 
 def evaluate(stack, model, run: RunConfig, corpus: corpora.Corpus, split: str, limit: int | None = None) -> dict:
@@ -117,3 +118,37 @@ def encode_sentence(corpus: corpora.Corpus, sentence: str) -> tuple[np.ndarray, 
     except ValueError as error:
         raise ValueError(f"cannot translate {sentence!r}: {error}") from None
     return np.array([ids], dtype=np.int64), tokens
+
+
+def translate(run_dir, stack_name: str, sentence: str, heatmap=None) -> dict:
+    """Greedy translation of one sentence with a run's checkpoint; with `heatmap`, its attention as a PNG.
+
+    Returns the source and output tokens (up to and including `<eos>`) and the attention `[L, S]`.
+    """
+    if heatmap is not None and not Path(heatmap).parent.is_dir():
+        raise ValueError(f"{heatmap}: its folder {Path(heatmap).parent} does not exist: create it first")
+    stack, model, run, corpus = runs.load_trained(run_dir, stack_name)
+    src, source_tokens = encode_sentence(corpus, sentence)
+    if not catalogue.get(run.model).variable_length and src.shape[1] > run.max_len:
+        raise ValueError(
+            f"{len(source_tokens)} tokens: {run.model} decodes one output token per input token by re-running its "
+            f"decoder (quadratic in the length), so at most {run.max_len} (the run's max_len)"
+        )
+    if catalogue.get(run.model).variable_length:
+        decoded = stack.greedy(model, run.model, {"src": src, "src_len": np.array([src.shape[1]])}, max_len=run.max_len)
+        tokens, attention = decoded["tokens"][0], decoded["attention"][0]  # [L], [L, S]
+    else:
+        tokens, attention = rerun_greedy(stack, model, run.model, src, src.shape[1], corpus.sos_id)
+        tokens, attention = tokens[0], None if attention is None else attention[0]
+    # documents 002-004 stop at <eos>; the reverse task has none and decodes one token per source token
+    ends = catalogue.get(run.model).variable_length and corpus.eos_id in tokens
+    length = list(tokens).index(corpus.eos_id) + 1 if ends else len(tokens)
+    output_tokens = corpus.tgt_vocab.decode(tokens[:length])
+    result = {"source": source_tokens, "output": output_tokens, "attention": None if attention is None else attention[:length]}
+    if heatmap is not None:
+        if attention is None:
+            raise ValueError(f"model {run.model!r} has no attention to draw")
+        from shared.train.plots import attention_heatmap
+
+        attention_heatmap(result["attention"], source_tokens, output_tokens, heatmap, title=f"{run.model} [{stack_name}]")
+    return result

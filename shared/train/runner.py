@@ -1,15 +1,4 @@
-"""Training runs: `rosetta train`, `rosetta evaluate` and `rosetta translate` for one stack at a time.
-
-A run is a folder. `create_run` writes what both stacks share: `run.json` (model, config, training
-spec, data), `corpus/` (token ids and both vocabularies, so a checkpoint can be used later without the
-data or spaCy) and, once the first stack starts, `initial.safetensors` (both stacks start from those
-weights). Each stack then writes its own subfolder:
-
-    <stack>/checkpoint.safetensors   canonical weights (metadata: step, vocabulary fingerprints)
-    <stack>/checkpoint.pt | checkpoint.weights.h5   the same weights in the stack's own format
-    <stack>/loss.jsonl               one JSON line per step: step, epoch, loss, grad_norm, seconds
-    <stack>/evals.jsonl              one line per epoch: the validation metrics
-    <stack>/eval.json                the final metrics on the test split
+"""`rosetta train` for one stack at a time: the training loop over a run folder (shared/train/runs.py).
 
 Every file is written atomically, so an interrupted run leaves the last complete checkpoint loadable
 and no partial file. A NaN or infinite loss stops the run with the step number and keeps the last good
@@ -31,75 +20,17 @@ from pathlib import Path
 
 import numpy as np
 
-from shared import catalogue, data, documents, failures, stacks
+from shared import catalogue, failures, stacks
 from shared.core import optimizer_state
 from shared.core import teacher_forcing as schedules
 from shared.data import corpora
 from shared.io import atomic, safetensors_io
 from shared.io.atomic import write_atomic
 from shared.specs import RunConfig
-from shared.train.evaluation import encode_sentence, evaluate, rerun_greedy
+from shared.train import runs
+from shared.train.evaluation import evaluate
 
-RUN_FILE, INITIAL_FILE, CORPUS_DIR = "run.json", "initial.safetensors", "corpus"
-CHECKPOINT, LOSS_LOG, EVAL_LOG, EVAL_FILE = "checkpoint.safetensors", "loss.jsonl", "evals.jsonl", "eval.json"
 STACKS = stacks.STACKS  # import order: torch first
-
-
-class RunError(ValueError):
-    """A run that cannot go on: diverged, or a folder that holds something else."""
-
-
-# ---------------------------------------------------------------- creating and reading a run folder
-
-
-def document_defaults(model: str) -> dict:
-    """The document's batch size, epochs and TrainSpec for `model`."""
-    document = catalogue.get(model).document
-    training = documents.get(document).training
-    if training is None:
-        raise ValueError(f"model {model!r} (document {document}) has no training data: document {document} trains nothing")
-    return {"batch_size": training.batch_size, "epochs": training.epochs, "spec": training.spec}
-
-
-def create_run(run_dir, model: str, data_dir=None, overrides: dict | None = None, corpus_options: dict | None = None,
-               **settings) -> RunConfig:  # fmt: skip
-    """Prepare `run_dir` for training `model`: the corpus (read once, saved with the run) and run.json.
-
-    An existing run.json must describe the same run (then this returns it): a folder never holds two runs.
-    """
-    run_dir, dataset, defaults = Path(run_dir), documents.dataset_for_model(model), document_defaults(model)
-    cache = run_dir / CORPUS_DIR
-    saved = (cache / corpora.CORPUS_FILE).is_file()
-    corpus = data.load_corpus(dataset, data_dir, cache_dir=cache if saved else None, **(corpus_options or {}))
-    sizes = {**corpus.vocab_overrides(model), **(overrides or {})}
-    config = catalogue.resolve_config(catalogue.get(model), settings.get("dtype", "float32"), sizes)
-    run = RunConfig(model=model, dataset=dataset, config=config, corpus_options=corpus.options, **{**defaults, **settings})
-    existing = run_dir / RUN_FILE
-    if existing.is_file():
-        if load_run(run_dir) != run:
-            raise RunError(f"{run_dir} already holds another run ({existing}); choose another --run-dir or delete it")
-        return run
-    if not saved:  # only now: a request refused above leaves no folder behind
-        corpus.save(cache)
-    write_atomic(existing, (json.dumps(run.to_json(), indent=2) + "\n").encode())
-    return run
-
-
-def load_run(run_dir) -> RunConfig:
-    """The RunConfig saved in `run_dir`; a missing or corrupt run.json raises ValueError."""
-    path = Path(run_dir) / RUN_FILE
-    if not path.is_file():
-        raise ValueError(f"{run_dir} is not a training run: it has no {RUN_FILE} (start one with `rosetta train`)")
-    try:
-        return RunConfig.from_json(json.loads(path.read_text()), str(path))
-    except (json.JSONDecodeError, TypeError, KeyError) as error:
-        raise ValueError(f"{path} is corrupt: {error}") from None
-
-
-import_stack = stacks.import_stack
-
-
-# ---------------------------------------------------------------- training
 
 
 def train(run_dir, stack_name: str, force: bool = False, progress: bool = True, resume: bool = False) -> dict:
@@ -109,14 +40,16 @@ def train(run_dir, stack_name: str, force: bool = False, progress: bool = True, 
     step in its epoch: the curve goes on as if never stopped); a finished stack returns its metrics, one
     without a checkpoint starts from the beginning.
     """
-    run_dir, run = Path(run_dir), load_run(run_dir)
-    stack, corpus = import_stack(stack_name), _load_corpus(run_dir)
+    run_dir, run = Path(run_dir), runs.load_run(run_dir)
+    stack, corpus = stacks.import_stack(stack_name), runs.load_corpus(run_dir)
     out = run_dir / stack_name
-    resume = resume and (out / CHECKPOINT).is_file()
-    if resume and (out / EVAL_FILE).is_file():
-        return json.loads((out / EVAL_FILE).read_text())
-    if (out / CHECKPOINT).exists() and not (force or resume):
-        raise RunError(f"{out} already holds a checkpoint; pass --resume to continue it, --force to train again from the start")
+    resume = resume and (out / runs.CHECKPOINT).is_file()
+    if resume and (out / runs.EVAL_FILE).is_file():
+        return json.loads((out / runs.EVAL_FILE).read_text())
+    if (out / runs.CHECKPOINT).exists() and not (force or resume):
+        raise runs.RunError(
+            f"{out} already holds a checkpoint; pass --resume to continue it, --force to train again from the start"
+        )
     out.mkdir(parents=True, exist_ok=True)
     atomic.sweep_stale(out)
     train_module = importlib.import_module(f"{stack.__name__}.train")
@@ -127,14 +60,14 @@ def train(run_dir, stack_name: str, force: bool = False, progress: bool = True, 
     trainer = train_module.Trainer(model, run.model, run.spec)
     start = _resume(stack, train_module, trainer, out) if resume else _Start()
     if not resume:
-        for stale in (LOSS_LOG, EVAL_LOG, EVAL_FILE):
+        for stale in (runs.LOSS_LOG, runs.EVAL_LOG, runs.EVAL_FILE):
             (out / stale).unlink(missing_ok=True)
     started = time.perf_counter()
     steps = _loop(run, stack, model, trainer, corpus, out, progress, start)
     seconds = time.perf_counter() - started
-    result = evaluate(stack, model, run, corpus, final_split(corpus), limit=run.test_batches)
+    result = evaluate(stack, model, run, corpus, runs.final_split(corpus), limit=run.test_batches)
     result.update(stack=stack_name, backend=train_module.backend(), device=device, steps=steps, train_seconds=seconds)
-    write_atomic(out / EVAL_FILE, (json.dumps(result, indent=2) + "\n").encode())
+    write_atomic(out / runs.EVAL_FILE, (json.dumps(result, indent=2) + "\n").encode())
     return result
 
 
@@ -149,16 +82,16 @@ class _Start:
 def _resume(stack, train_module, trainer, out: Path) -> _Start:
     """Load the stack's last checkpoint into `trainer` (weights, Adam's state, the dropout generators) and cut the
     logs back to it (a run killed while checkpointing may have logged further); where to start."""
-    tensors, metadata = safetensors_io.load(out / CHECKPOINT)
+    tensors, metadata = safetensors_io.load(out / runs.CHECKPOINT)
     state = optimizer_state.optimizer_from_tensors(tensors, metadata)
     if state is None or "rng" not in metadata:
-        raise ValueError(f"{out / CHECKPOINT} holds no optimizer or generator state to resume from; train with --force")
+        raise ValueError(f"{out / runs.CHECKPOINT} holds no optimizer or generator state to resume from; train with --force")
     stack.set_weights(trainer.model, optimizer_state.weights_without_optimizer(tensors))
     trainer.load_optimizer_state(state)
     train_module.load_rng_state(trainer.model, json.loads(metadata["rng"]))
     step, epoch = int(metadata["step"]), int(metadata["epoch"])
-    _keep_json_lines(out / LOSS_LOG, lambda record: record["step"] <= step)
-    _keep_json_lines(out / EVAL_LOG, lambda record: record["epoch"] < epoch)
+    _keep_json_lines(out / runs.LOSS_LOG, lambda record: record["step"] <= step)
+    _keep_json_lines(out / runs.EVAL_LOG, lambda record: record["epoch"] < epoch)
     return _Start(step, epoch)
 
 
@@ -168,18 +101,9 @@ def _keep_json_lines(path: Path, keep) -> None:
         write_atomic(path, "".join(json.dumps(record) + "\n" for record in records if keep(record)).encode())
 
 
-def final_split(corpus: corpora.Corpus) -> str:
-    """The split of the final evaluation: "test", or "val" where the data has no test split (spa-eng)."""
-    return "test" if "test" in corpus.splits else "val"
-
-
-def _load_corpus(run_dir: Path) -> corpora.Corpus:
-    return corpora.Corpus.load(run_dir / CORPUS_DIR)
-
-
 def _start_from_initial_weights(run_dir: Path, stack, model, run: RunConfig) -> None:
     """Both stacks start from `initial.safetensors`; the first stack to train writes it from its own init."""
-    path = run_dir / INITIAL_FILE
+    path = run_dir / runs.INITIAL_FILE
     if path.is_file():
         weights, _ = safetensors_io.load(path)
         stack.set_weights(model, weights)
@@ -237,7 +161,7 @@ def _loop(run: RunConfig, stack, model, trainer, corpus: corpora.Corpus, out: Pa
                 trainer.train_epoch(steps.inputs(remaining), steps.after_step)
                 steps.saved = _checkpoint(stack, trainer, run, corpus, out, steps.step, epoch, steps.log)
             metrics_of_epoch = evaluate(stack, model, run, corpus, "val", limit=run.eval_batches)
-            _append_json_lines(out / EVAL_LOG, [{"epoch": epoch, "step": steps.step, **metrics_of_epoch}])
+            _append_json_lines(out / runs.EVAL_LOG, [{"epoch": epoch, "step": steps.step, **metrics_of_epoch}])
             if steps.step == total:
                 break
     finally:
@@ -263,11 +187,11 @@ class _Steps:
             yield pad_to_multiple(batch, self.run.length_multiple, self.corpus.pad_id), _schedule(self.run, batch, i)
 
     def after_step(self, loss: float) -> bool:
-        """Record the update just taken (a non-finite loss or norm stops the run: RunError); False after the last."""
+        """Record the update just taken (a non-finite loss or norm stops the run: runs.RunError); False after the last."""
         self.step += 1
         norm, now = self.trainer.grad_norms[-1], time.perf_counter()
         if not (math.isfinite(loss) and math.isfinite(norm)):
-            raise RunError(_diverged_message(loss, norm, self.step, self.saved, self.out))
+            raise runs.RunError(_diverged_message(loss, norm, self.step, self.saved, self.out))
         self.log.append({"step": self.step, "epoch": self.epoch, "loss": loss, "grad_norm": norm, "seconds": now - self.clock})
         self.bar.update(self.step, loss)
         if self.step % self.run.checkpoint_every == 0:
@@ -277,7 +201,7 @@ class _Steps:
 
 
 def _diverged_message(loss: float, norm: float, step: int, saved: int, out: Path) -> str:
-    kept = f"the last good checkpoint (step {saved}) is {out / CHECKPOINT}" if saved else "no checkpoint was written yet"
+    kept = f"the last good checkpoint (step {saved}) is {out / runs.CHECKPOINT}" if saved else "no checkpoint was written yet"
     return f"training diverged: loss {loss}, gradient norm {norm} at step {step}; stopped, {kept}"
 
 
@@ -317,7 +241,7 @@ def _checkpoint(stack, trainer, run: RunConfig, corpus: corpora.Corpus, out: Pat
     """Write the loss log, then the stack's own file, then the canonical checkpoint (each atomically); both
     checkpoints hold Adam's state (`rosetta port --with-optimizer` reads it)."""
     if log:
-        _append_json_lines(out / LOSS_LOG, log)
+        _append_json_lines(out / runs.LOSS_LOG, log)
         log.clear()
     train_module, state = importlib.import_module(f"{stack.__name__}.train"), trainer.optimizer_state()  # once for both
     weights = stack.get_weights(trainer.model)
@@ -335,70 +259,8 @@ def _checkpoint(stack, trainer, run: RunConfig, corpus: corpora.Corpus, out: Pat
         "config": json.dumps(run.config, sort_keys=True),
         "rng": json.dumps(train_module.rng_state(trainer.model)),  # the dropout generators: a resumed run goes on alike
     }
-    safetensors_io.save(out / CHECKPOINT, {**weights, **moments}, {**metadata, **optimizer_metadata})
+    safetensors_io.save(out / runs.CHECKPOINT, {**weights, **moments}, {**metadata, **optimizer_metadata})
     return step
-
-
-# ---------------------------------------------------------------- loading a trained model
-
-
-def load_trained(run_dir, stack_name: str):
-    """(stack, model, run, corpus) from a run's canonical checkpoint, after checking it fits the run's
-    vocabularies and config (a checkpoint of another run or vocabulary raises ValueError)."""
-    run_dir, run = Path(run_dir), load_run(run_dir)
-    stack, corpus = import_stack(stack_name), _load_corpus(run_dir)
-    path = run_dir / stack_name / CHECKPOINT
-    if not path.is_file():
-        raise ValueError(f"{run_dir} has no {stack_name} checkpoint ({path}): train it first")
-    weights, metadata = safetensors_io.load(path)
-    for side, vocab in (("src", corpus.src_vocab), ("tgt", corpus.tgt_vocab)):
-        if metadata.get(f"{side}_vocab") != vocab.fingerprint:
-            raise ValueError(
-                f"{path} was trained with another {side} vocabulary than {run_dir / CORPUS_DIR} "
-                f"(fingerprint {str(metadata.get(f'{side}_vocab'))[:12]} vs {vocab.fingerprint[:12]})"
-            )
-    if metadata.get("model") != run.model or json.loads(metadata.get("config", "null")) != run.config:
-        raise ValueError(f"{path} holds model {metadata.get('model')!r} with another config than {run_dir / RUN_FILE}")
-    model = stack.build(run.model, run.dtype, **run.config)
-    stack.set_weights(model, optimizer_state.weights_without_optimizer(weights))
-    return stack, model, run, corpus
-
-
-# ---------------------------------------------------------------- translation
-
-
-def translate(run_dir, stack_name: str, sentence: str, heatmap=None) -> dict:
-    """Greedy translation of one sentence with a run's checkpoint; with `heatmap`, its attention as a PNG.
-
-    Returns the source and output tokens (up to and including `<eos>`) and the attention `[L, S]`.
-    """
-    if heatmap is not None and not Path(heatmap).parent.is_dir():
-        raise ValueError(f"{heatmap}: its folder {Path(heatmap).parent} does not exist: create it first")
-    stack, model, run, corpus = load_trained(run_dir, stack_name)
-    src, source_tokens = encode_sentence(corpus, sentence)
-    if not catalogue.get(run.model).variable_length and src.shape[1] > run.max_len:
-        raise ValueError(
-            f"{len(source_tokens)} tokens: {run.model} decodes one output token per input token by re-running its "
-            f"decoder (quadratic in the length), so at most {run.max_len} (the run's max_len)"
-        )
-    if catalogue.get(run.model).variable_length:
-        decoded = stack.greedy(model, run.model, {"src": src, "src_len": np.array([src.shape[1]])}, max_len=run.max_len)
-        tokens, attention = decoded["tokens"][0], decoded["attention"][0]  # [L], [L, S]
-    else:
-        tokens, attention = rerun_greedy(stack, model, run.model, src, src.shape[1], corpus.sos_id)
-        tokens, attention = tokens[0], None if attention is None else attention[0]
-    # documents 002-004 stop at <eos>; the reverse task has none and decodes one token per source token
-    ends = catalogue.get(run.model).variable_length and corpus.eos_id in tokens
-    length = list(tokens).index(corpus.eos_id) + 1 if ends else len(tokens)
-    output_tokens = corpus.tgt_vocab.decode(tokens[:length])
-    result = {"source": source_tokens, "output": output_tokens, "attention": None if attention is None else attention[:length]}
-    if heatmap is not None:
-        if attention is None:
-            raise ValueError(f"model {run.model!r} has no attention to draw")
-        from shared.train.plots import attention_heatmap
-
-        attention_heatmap(result["attention"], source_tokens, output_tokens, heatmap, title=f"{run.model} [{stack_name}]")
-    return result
 
 
 def main(argv: list[str] | None = None) -> int:

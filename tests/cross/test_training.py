@@ -20,7 +20,7 @@ import torch_impl
 from shared import catalogue, documents
 from shared.core.optimizer_state import weights_without_optimizer
 from shared.io import safetensors_io
-from shared.train import runner
+from shared.train import runner, runs
 from shared.verify import fixtures
 from shared.verify.equality import assert_close
 from shared.verify.training import (
@@ -129,7 +129,7 @@ def test_torch_trainer_refuses_keras_only_options():
 
 
 def _loss_curve(run_dir, stack: str) -> np.ndarray:
-    lines = (run_dir / stack / runner.LOSS_LOG).read_text().splitlines()
+    lines = (run_dir / stack / runs.LOSS_LOG).read_text().splitlines()
     return np.array([json.loads(line)["loss"] for line in lines])
 
 
@@ -138,7 +138,7 @@ def _train_both(run_dir) -> dict[str, float]:
     for stack in runner.STACKS:
         runner.train(run_dir, stack, progress=False)
     curves = [_loss_curve(run_dir, stack) for stack in runner.STACKS]
-    weights = [weights_without_optimizer(safetensors_io.load(run_dir / stack / runner.CHECKPOINT)[0]) for stack in runner.STACKS]
+    weights = [weights_without_optimizer(safetensors_io.load(run_dir / stack / runs.CHECKPOINT)[0]) for stack in runner.STACKS]
     return {
         "curve": float(np.abs(curves[0] - curves[1]).max()),
         "weights": max(float(np.abs(weights[0][key] - weights[1][key]).max()) for key in weights[0]),
@@ -150,7 +150,7 @@ def test_a_run_trains_both_stacks_on_the_same_curve(tmp_path):
     """The reverse task through the whole `rosetta train` path (data, batches, checkpoints), float64."""
     sizes = {"embedding_dim": 8, "hidden_size": 12, "attention_size": 10}
     data_sizes = {"train_size": 96, "val_size": 16, "test_size": 16}
-    runner.create_run(tmp_path, "reverse_bahdanau", overrides=sizes, corpus_options=data_sizes, dtype="float64",
+    runs.create_run(tmp_path, "reverse_bahdanau", overrides=sizes, corpus_options=data_sizes, dtype="float64",
                       batch_size=16, epochs=2)  # fmt: skip
     measured = _train_both(tmp_path)
     assert measured["steps"] == 12 and measured["curve"] <= 1e-9 and measured["weights"] <= 1e-9, measured
@@ -163,7 +163,7 @@ def test_a_run_on_real_data_trains_both_stacks_on_the_same_curve(tmp_path):
         pytest.skip(f"no spa-eng data at {data_dir} (set ROSETTA_DATA_DIR or keep ../shared/data beside the clone)")
     sizes = {"embedding_dim": 8, "units": 12}
     spec = replace(documents.get("004").training.spec, teacher_force_ratio=0.5, clip_norm=0.5)
-    runner.create_run(tmp_path, "tf_tutorial", data_dir, overrides=sizes, corpus_options={"num_examples": 200},
+    runs.create_run(tmp_path, "tf_tutorial", data_dir, overrides=sizes, corpus_options={"num_examples": 200},
                       dtype="float64", batch_size=32, epochs=1, spec=spec)  # fmt: skip
     measured = _train_both(tmp_path)
     assert measured["steps"] == 5 and measured["curve"] <= 1e-9 and measured["weights"] <= 1e-9, measured

@@ -1,6 +1,7 @@
 """The house rules of the layout (docs/DESIGN.md "Layout"), read from the source without importing it: no import
 cycle among the suite's modules, hidden or not (imports inside functions and under TYPE_CHECKING count, and each
-contract's `importlib` import of every catalogue module)."""
+contract's `importlib` import of every catalogue module), and shared/'s rooms in layers: a room imports only the
+rooms below it."""
 
 from __future__ import annotations
 
@@ -88,3 +89,58 @@ def test_negative_control_a_lazy_or_type_checking_cycle_is_found(tmp_path):
     (tmp_path / "shared" / "c.py").write_text("from shared import d\n")
     (tmp_path / "shared" / "d.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import shared.c\n")
     assert cycles(import_graph(tmp_path)) == [["shared.a", "shared.b"], ["shared.c", "shared.d"]]
+
+
+# shared/'s rooms, lowest first: the plain records and tables, what both stacks run, files, corpora, the proof
+# harness, training runs, porting, the tools, the command line. A room imports only rooms before it in this list.
+LAYERS = (
+    "specs",
+    "stacks",
+    "catalogue",
+    "documents",
+    "failures",
+    "core",
+    "io",
+    "data",
+    "verify",
+    "train",
+    "port",
+    "tools",
+    "cli",
+)
+
+
+def _room(module: str) -> str | None:
+    """The room of one of shared/'s modules (`shared.core.canonical` -> `core`), None for the package itself."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == "shared" and len(parts) > 1 else None
+
+
+def layer_violations(graph: dict[str, set[str]]) -> list[str]:
+    """`a -> b` for each import of a room at or above the importer's own (the same room excepted)."""
+    found = []
+    for module, targets in sorted(graph.items()):
+        for target in sorted(targets):
+            room, target_room = _room(module), _room(target)
+            if None in (room, target_room) or room == target_room:
+                continue
+            if room not in LAYERS or target_room not in LAYERS:
+                found.append(f"{module} -> {target}: a room LAYERS does not place")
+            elif LAYERS.index(target_room) > LAYERS.index(room):
+                found.append(f"{module} -> {target}")
+    return found
+
+
+def test_every_room_of_shared_imports_only_the_rooms_below_it():
+    graph = import_graph(REPO)
+    assert {_room(module) for module in graph} - {None} == set(LAYERS)
+    assert layer_violations(graph) == []
+
+
+def test_negative_control_an_import_upwards_is_found():
+    graph = {"shared.core.canonical": {"shared.tools.bench", "shared.specs"}, "shared.tools.bench": {"shared.core.canonical"}}
+    graph["shared.lounge.sofa"] = {"shared.core.canonical"}
+    assert layer_violations(graph) == [
+        "shared.core.canonical -> shared.tools.bench",
+        "shared.lounge.sofa -> shared.core.canonical: a room LAYERS does not place",
+    ]

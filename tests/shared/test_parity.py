@@ -10,10 +10,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 # Keras cells keeping torch's two biases, torch's Adam rule and clipping, the `.keras` config and the backends
-# (keras_compat/), TensorFlow checkpoints, Keras's `fit` on the models: torch needs no counterpart; references.py holds
-# each stack's own tutorials (Trevett's notebook in torch, TensorFlow's NMT tutorial in Keras), which mirror nothing
-STACK_SPECIFIC = ("tf_impl/keras_compat/", "tf_impl/checkpoints.py", "tf_impl/fitting.py", "torch_impl/references.py",
-                  "tf_impl/references.py")  # fmt: skip
+# (keras_compat/), TensorFlow checkpoints and their object graph, Keras's `fit` on the models: torch needs no
+# counterpart; references.py holds each stack's own tutorials (Trevett's notebook in torch, TensorFlow's NMT tutorial
+# in Keras), which mirror nothing
+STACK_SPECIFIC = ("tf_impl/keras_compat/", "tf_impl/checkpoints.py", "tf_impl/object_graph.py", "tf_impl/fitting.py",
+                  "torch_impl/references.py", "tf_impl/references.py")  # fmt: skip
 FRAMEWORK_METHODS = {"forward": "call"}  # the call method is the only name the frameworks decide
 # torch's training step is its own loop (forward, clipping, Adam); Keras's is Keras's own (`fit`'s step), on the model
 # compiled with TorchAdam: `keras_model`

@@ -8,24 +8,24 @@ import pytest
 
 from shared.cli import main as rosetta
 from shared.tools import reproduction
-from shared.train import runner
+from shared.train import runs
 
 
 def _fake_run(tmp_path, stacks=("torch",), losses=(3.0, 2.0, 1.0, 0.5), finished=True, backend=None):
-    runner.create_run(tmp_path, "reverse_rnn", corpus_options={"train_size": 8, "val_size": 4, "test_size": 4},
+    runs.create_run(tmp_path, "reverse_rnn", corpus_options={"train_size": 8, "val_size": 4, "test_size": 4},
                       epochs=2, batch_size=4)  # fmt: skip
     for offset, stack in enumerate(stacks):
         out = tmp_path / stack
         out.mkdir()
         lines = [{"step": i + 1, "epoch": i // 2, "loss": loss + offset * 1e-6, "grad_norm": 1.0, "seconds": 0.01 * (i + 1)}
                  for i, loss in enumerate(losses)]  # fmt: skip
-        (out / runner.LOSS_LOG).write_text("".join(json.dumps(line) + "\n" for line in lines))
-        (out / runner.EVAL_LOG).write_text(json.dumps({"epoch": 0, "loss": 1.5}) + "\n")
+        (out / runs.LOSS_LOG).write_text("".join(json.dumps(line) + "\n" for line in lines))
+        (out / runs.EVAL_LOG).write_text(json.dumps({"epoch": 0, "loss": 1.5}) + "\n")
         if finished:
             final = {"split": "test", "sentences": 4, "loss": 0.5, "perplexity": 1.65}
             final.update(token_accuracy=0.9, sequence_accuracy=0.995)
             final.update(device="cpu", **({"backend": backend} if backend else {}))
-            (out / runner.EVAL_FILE).write_text(json.dumps(final))
+            (out / runs.EVAL_FILE).write_text(json.dumps(final))
     return tmp_path
 
 

@@ -22,7 +22,7 @@ import pytest
 from shared import catalogue, failures
 from shared.cli import main as rosetta
 from shared.io import atomic, safetensors_io
-from shared.train import runner
+from shared.train import runner, runs
 from shared.verify import fixtures
 from shared.verify.equality import assert_close
 from tests.stack.test_runner import REVERSE_DATA, SMALL, _run, _stack_name
@@ -276,7 +276,7 @@ def test_a_disk_that_fills_while_writing_is_one_line_without_a_crash(stack, tmp_
 
 
 def _losses(run_dir: Path, name: str) -> list[float]:
-    return [json.loads(line)["loss"] for line in (run_dir / name / runner.LOSS_LOG).read_text().splitlines()]
+    return [json.loads(line)["loss"] for line in (run_dir / name / runs.LOSS_LOG).read_text().splitlines()]
 
 
 def _interrupt_at(monkeypatch, step: int) -> None:
@@ -314,9 +314,9 @@ def test_a_resumed_run_follows_the_uninterrupted_curve(stack, tmp_path, tmp_path
     assert len(_losses(run_dir, name)) < 8
     resumed = runner.train(run_dir, name, progress=False, resume=True)
     assert_close(_losses(run_dir, name), _losses(whole, name), 1e-12, what="resumed loss curve")
-    assert [json.loads(line)["epoch"] for line in (run_dir / name / runner.EVAL_LOG).read_text().splitlines()] == [0, 1]
+    assert [json.loads(line)["epoch"] for line in (run_dir / name / runs.EVAL_LOG).read_text().splitlines()] == [0, 1]
     assert resumed["loss"] == pytest.approx(expected["loss"], abs=1e-12)
-    assert runner.train(run_dir, name, progress=False, resume=True) == json.loads((run_dir / name / runner.EVAL_FILE).read_text())
+    assert runner.train(run_dir, name, progress=False, resume=True) == json.loads((run_dir / name / runs.EVAL_FILE).read_text())
 
 
 def test_negative_control_a_resume_without_adams_state_leaves_the_curve(stack, tmp_path, tmp_path_factory, monkeypatch):
@@ -368,7 +368,7 @@ def test_a_killed_training_run_resumes_on_the_same_curve(stack, tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     child = subprocess.Popen([sys.executable, "-m", "shared.train.runner", str(run_dir), name, "--quiet"], env=env,
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)  # fmt: skip
-    log, deadline = run_dir / name / runner.LOSS_LOG, time.monotonic() + 300
+    log, deadline = run_dir / name / runs.LOSS_LOG, time.monotonic() + 300
     while (not log.is_file() or len(log.read_text().splitlines()) < 6) and child.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)
     os.killpg(child.pid, signal.SIGKILL)

@@ -12,12 +12,12 @@ import json
 import numpy as np
 import pytest
 
-from shared import data
+from shared import data, stacks
 from shared.cli import main as rosetta
 from shared.data import readers
 from shared.data.vocab import Vocab
 from shared.io import safetensors_io
-from shared.train import evaluation, runner
+from shared.train import evaluation, runner, runs
 
 SMALL = {"embedding_dim": 8, "hidden_size": 12, "attention_size": 10}
 REVERSE_DATA = {"train_size": 64, "val_size": 16, "test_size": 16}
@@ -26,7 +26,7 @@ REVERSE_DATA = {"train_size": 64, "val_size": 16, "test_size": 16}
 def _run(tmp_path, name="reverse_bahdanau", **settings):
     """A prepared run folder for a tiny reverse-task model: 8 steps of batch 16 (2 epochs of 4)."""
     settings = {"batch_size": 16, "epochs": 2, "checkpoint_every": 3, **settings}
-    runner.create_run(tmp_path / "run", name, overrides=SMALL, corpus_options=REVERSE_DATA, **settings)
+    runs.create_run(tmp_path / "run", name, overrides=SMALL, corpus_options=REVERSE_DATA, **settings)
     return tmp_path / "run"
 
 
@@ -38,12 +38,12 @@ def test_a_run_writes_logs_checkpoints_and_metrics(stack, tmp_path):
     run_dir, name = _run(tmp_path), _stack_name(stack)
     result = runner.train(run_dir, name, progress=False)
     out = run_dir / name
-    losses = [json.loads(line) for line in (out / runner.LOSS_LOG).read_text().splitlines()]
+    losses = [json.loads(line) for line in (out / runs.LOSS_LOG).read_text().splitlines()]
     assert [record["step"] for record in losses] == list(range(1, 9)) and all(np.isfinite(r["loss"]) for r in losses)
-    assert len((out / runner.EVAL_LOG).read_text().splitlines()) == 2  # one validation line per epoch
-    assert json.loads((out / runner.EVAL_FILE).read_text()) == json.loads(json.dumps(result))
+    assert len((out / runs.EVAL_LOG).read_text().splitlines()) == 2  # one validation line per epoch
+    assert json.loads((out / runs.EVAL_FILE).read_text()) == json.loads(json.dumps(result))
     assert result["split"] == "test" and result["steps"] == 8 and 0 <= result["sequence_accuracy"] <= 1
-    _, metadata = safetensors_io.load(out / runner.CHECKPOINT)
+    _, metadata = safetensors_io.load(out / runs.CHECKPOINT)
     assert metadata["step"] == "8"
     assert not [p.name for p in out.iterdir() if p.name.startswith(".")], "a temporary file was left behind"
 
@@ -51,24 +51,24 @@ def test_a_run_writes_logs_checkpoints_and_metrics(stack, tmp_path):
 def test_the_checkpoint_loads_back_in_both_formats(stack, tmp_path):
     run_dir, name = _run(tmp_path), _stack_name(stack)
     runner.train(run_dir, name, progress=False)
-    _, model, run, corpus = runner.load_trained(run_dir, name)
+    _, model, run, corpus = runs.load_trained(run_dir, name)
     train_module = __import__(f"{stack.__name__}.train", fromlist=["load_native"])
     native = stack.build(run.model, run.dtype, **run.config)
     train_module.load_native(native, run_dir / name / f"checkpoint{train_module.NATIVE_SUFFIX}")
     for key, value in stack.get_weights(model).items():
         np.testing.assert_array_equal(stack.get_weights(native)[key], value, err_msg=key)
     again = evaluation.evaluate(stack, model, run, corpus, "test")
-    assert again["loss"] == pytest.approx(json.loads((run_dir / name / runner.EVAL_FILE).read_text())["loss"], abs=1e-6)
+    assert again["loss"] == pytest.approx(json.loads((run_dir / name / runs.EVAL_FILE).read_text())["loss"], abs=1e-6)
 
 
 def test_translate_decodes_and_draws_the_attention(stack, tmp_path):
     run_dir, name = _run(tmp_path), _stack_name(stack)
     runner.train(run_dir, name, progress=False)
-    result = runner.translate(run_dir, name, "3 4 5 6 7 8 9 10 11 12", heatmap=tmp_path / "attention.png")
+    result = evaluation.translate(run_dir, name, "3 4 5 6 7 8 9 10 11 12", heatmap=tmp_path / "attention.png")
     assert len(result["output"]) == 10 and result["attention"].shape == (10, 10)
     assert (tmp_path / "attention.png").read_bytes().startswith(b"\x89PNG")
     with pytest.raises(ValueError, match="not in the vocabulary"):
-        runner.translate(run_dir, name, "3 4 99")
+        evaluation.translate(run_dir, name, "3 4 99")
 
 
 def test_a_nan_loss_stops_with_the_step_and_keeps_the_last_good_checkpoint(stack, tmp_path, monkeypatch):
@@ -79,11 +79,11 @@ def test_a_nan_loss_stops_with_the_step_and_keeps_the_last_good_checkpoint(stack
         return real_after_step(self, float("nan") if self.step == 6 else loss)
 
     monkeypatch.setattr(runner._Steps, "after_step", poisoned)
-    with pytest.raises(runner.RunError, match="at step 7; stopped, the last good checkpoint \\(step 6\\)"):
+    with pytest.raises(runs.RunError, match="at step 7; stopped, the last good checkpoint \\(step 6\\)"):
         runner.train(run_dir, name, progress=False)
-    _, metadata = safetensors_io.load(run_dir / name / runner.CHECKPOINT)
+    _, metadata = safetensors_io.load(run_dir / name / runs.CHECKPOINT)
     assert metadata["step"] == "6"
-    runner.load_trained(run_dir, name)  # still loadable
+    runs.load_trained(run_dir, name)  # still loadable
 
 
 def test_an_interrupted_run_leaves_the_last_complete_checkpoint(stack, tmp_path, monkeypatch):
@@ -98,9 +98,9 @@ def test_an_interrupted_run_leaves_the_last_complete_checkpoint(stack, tmp_path,
     monkeypatch.setattr(runner._Steps, "after_step", interrupted)
     with pytest.raises(KeyboardInterrupt):
         runner.train(run_dir, name, progress=False)
-    _, metadata = safetensors_io.load(run_dir / name / runner.CHECKPOINT)
+    _, metadata = safetensors_io.load(run_dir / name / runs.CHECKPOINT)
     assert metadata["step"] == "4"  # every 3 steps and at the end of each 4-step epoch; step 5 was interrupted
-    runner.load_trained(run_dir, name)
+    runs.load_trained(run_dir, name)
     assert not [p for p in (run_dir / name).iterdir() if p.name.startswith(".")]
 
 
@@ -112,17 +112,17 @@ def test_a_checkpoint_of_another_vocabulary_is_refused(stack, tmp_path):
     other.src_vocab = other.tgt_vocab = Vocab(
         [*other.tgt_vocab.itos[:3], *reversed(other.tgt_vocab.itos[3:])], other.tgt_vocab.specials
     )
-    other.save(second / runner.CORPUS_DIR)
+    other.save(second / runs.CORPUS_DIR)
     (second / name).mkdir()
-    (second / name / runner.CHECKPOINT).write_bytes((first / name / runner.CHECKPOINT).read_bytes())
+    (second / name / runs.CHECKPOINT).write_bytes((first / name / runs.CHECKPOINT).read_bytes())
     with pytest.raises(ValueError, match="trained with another src vocabulary"):
-        runner.load_trained(second, name)
+        runs.load_trained(second, name)
 
 
 def test_a_second_training_needs_force(stack, tmp_path):
     run_dir, name = _run(tmp_path, epochs=1), _stack_name(stack)
     runner.train(run_dir, name, progress=False)
-    with pytest.raises(runner.RunError, match="pass --resume to continue it, --force to train again"):
+    with pytest.raises(runs.RunError, match="pass --resume to continue it, --force to train again"):
         runner.train(run_dir, name, progress=False)
     runner.train(run_dir, name, force=True, progress=False)
 
@@ -146,20 +146,20 @@ def test_the_command_line_trains_evaluates_and_translates(stack, tmp_path, capsy
 def test_bad_run_requests_get_one_clear_error(tmp_path, monkeypatch, capsys):
     monkeypatch.delenv(data.ENV_VAR, raising=False)
     with pytest.raises(ValueError, match="pass --data-dir or set ROSETTA_DATA_DIR"):
-        runner.create_run(tmp_path / "a", "luong_general")
+        runs.create_run(tmp_path / "a", "luong_general")
     with pytest.raises(ValueError, match="does not exist"):
-        runner.create_run(tmp_path / "b", "luong_general", data_dir=tmp_path / "missing")
+        runs.create_run(tmp_path / "b", "luong_general", data_dir=tmp_path / "missing")
     with pytest.raises(ValueError, match="trains nothing"):
-        runner.create_run(tmp_path / "c", "additive_attention")
+        runs.create_run(tmp_path / "c", "additive_attention")
     with pytest.raises(ValueError, match="has no config hidden_dim"):
-        runner.create_run(tmp_path / "e", "reverse_rnn", overrides={"hidden_dim": 3}, corpus_options=REVERSE_DATA)
+        runs.create_run(tmp_path / "e", "reverse_rnn", overrides={"hidden_dim": 3}, corpus_options=REVERSE_DATA)
     assert not (tmp_path / "e").exists(), "a refused request left a folder behind"
     _run(tmp_path)
-    with pytest.raises(runner.RunError, match="already holds another run"):
+    with pytest.raises(runs.RunError, match="already holds another run"):
         _run(tmp_path, epochs=3)
     with pytest.raises(ValueError, match="is not a training run"):
-        runner.load_run(tmp_path)
+        runs.load_run(tmp_path)
     with pytest.raises(ValueError, match="unknown stack"):
-        runner.import_stack("jax")
+        stacks.import_stack("jax")
     assert rosetta(["train", "luong_general", "--run-dir", str(tmp_path / "d"), "--data-dir", str(tmp_path / "nope")]) == 2
     assert "does not exist" in capsys.readouterr().err

@@ -24,7 +24,7 @@ import tensorflow as tf  # noqa: E402
 
 import tf_impl  # noqa: E402
 from tests.tutorials import tf_nmt_writer as writer  # noqa: E402
-from tf_impl import checkpoints  # noqa: E402
+from tf_impl import checkpoints, object_graph  # noqa: E402
 from tf_impl.weights import get_grads  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -192,7 +192,7 @@ def test_written_checkpoint_restores_with_the_tutorials_own_code(keras3, tmp_pat
     assert checkpoints.write(model, tmp_path / "training_checkpoints", state) == str(tmp_path / "training_checkpoints" / "ckpt-1")
     assert sorted(os.listdir(tmp_path)) == ["training_checkpoints"]
     assert sorted(os.listdir(tmp_path / "training_checkpoints")) == ["checkpoint", "ckpt-1.data-00000-of-00001", "ckpt-1.index"]
-    root = checkpoints.Stored(tmp_path / "training_checkpoints").graph.nodes[0]
+    root = object_graph.Stored(tmp_path / "training_checkpoints").graph.nodes[0]
     assert sorted(child.local_name for child in root.children) == ["decoder", "encoder", "optimizer", "save_counter"]
 
     tutorial = writer.load_tutorial("2020")

@@ -1,0 +1,107 @@
+"""A training run is a folder; this module creates it, reads it back and loads what it trained.
+
+`create_run` writes what both stacks share: `run.json` (model, config, training spec, data), `corpus/` (token ids
+and both vocabularies, so a checkpoint can be used later without the data or spaCy) and, once the first stack
+starts, `initial.safetensors` (both stacks start from those weights). Each stack then writes its own subfolder
+(shared/train/runner.py):
+
+    <stack>/checkpoint.safetensors   canonical weights (metadata: step, vocabulary fingerprints)
+    <stack>/checkpoint.pt | checkpoint.weights.h5   the same weights in the stack's own format
+    <stack>/loss.jsonl               one JSON line per step: step, epoch, loss, grad_norm, seconds
+    <stack>/evals.jsonl              one line per epoch: the validation metrics
+    <stack>/eval.json                the final metrics on the test split
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from shared import catalogue, data, documents, stacks
+from shared.core import optimizer_state
+from shared.data import corpora
+from shared.io import safetensors_io
+from shared.io.atomic import write_atomic
+from shared.specs import RunConfig
+
+RUN_FILE, INITIAL_FILE, CORPUS_DIR = "run.json", "initial.safetensors", "corpus"
+CHECKPOINT, LOSS_LOG, EVAL_LOG, EVAL_FILE = "checkpoint.safetensors", "loss.jsonl", "evals.jsonl", "eval.json"
+
+
+class RunError(ValueError):
+    """A run that cannot go on: diverged, or a folder that holds something else."""
+
+
+def document_defaults(model: str) -> dict:
+    """The document's batch size, epochs and TrainSpec for `model`."""
+    document = catalogue.get(model).document
+    training = documents.get(document).training
+    if training is None:
+        raise ValueError(f"model {model!r} (document {document}) has no training data: document {document} trains nothing")
+    return {"batch_size": training.batch_size, "epochs": training.epochs, "spec": training.spec}
+
+
+def create_run(run_dir, model: str, data_dir=None, overrides: dict | None = None, corpus_options: dict | None = None,
+               **settings) -> RunConfig:  # fmt: skip
+    """Prepare `run_dir` for training `model`: the corpus (read once, saved with the run) and run.json.
+
+    An existing run.json must describe the same run (then this returns it): a folder never holds two runs.
+    """
+    run_dir, dataset, defaults = Path(run_dir), documents.dataset_for_model(model), document_defaults(model)
+    cache = run_dir / CORPUS_DIR
+    saved = (cache / corpora.CORPUS_FILE).is_file()
+    corpus = data.load_corpus(dataset, data_dir, cache_dir=cache if saved else None, **(corpus_options or {}))
+    sizes = {**corpus.vocab_overrides(model), **(overrides or {})}
+    config = catalogue.resolve_config(catalogue.get(model), settings.get("dtype", "float32"), sizes)
+    run = RunConfig(model=model, dataset=dataset, config=config, corpus_options=corpus.options, **{**defaults, **settings})
+    existing = run_dir / RUN_FILE
+    if existing.is_file():
+        if load_run(run_dir) != run:
+            raise RunError(f"{run_dir} already holds another run ({existing}); choose another --run-dir or delete it")
+        return run
+    if not saved:  # only now: a request refused above leaves no folder behind
+        corpus.save(cache)
+    write_atomic(existing, (json.dumps(run.to_json(), indent=2) + "\n").encode())
+    return run
+
+
+def load_run(run_dir) -> RunConfig:
+    """The RunConfig saved in `run_dir`; a missing or corrupt run.json raises ValueError."""
+    path = Path(run_dir) / RUN_FILE
+    if not path.is_file():
+        raise ValueError(f"{run_dir} is not a training run: it has no {RUN_FILE} (start one with `rosetta train`)")
+    try:
+        return RunConfig.from_json(json.loads(path.read_text()), str(path))
+    except (json.JSONDecodeError, TypeError, KeyError) as error:
+        raise ValueError(f"{path} is corrupt: {error}") from None
+
+
+def final_split(corpus: corpora.Corpus) -> str:
+    """The split of the final evaluation: "test", or "val" where the data has no test split (spa-eng)."""
+    return "test" if "test" in corpus.splits else "val"
+
+
+def load_corpus(run_dir: Path) -> corpora.Corpus:
+    return corpora.Corpus.load(run_dir / CORPUS_DIR)
+
+
+def load_trained(run_dir, stack_name: str):
+    """(stack, model, run, corpus) from a run's canonical checkpoint, after checking it fits the run's
+    vocabularies and config (a checkpoint of another run or vocabulary raises ValueError)."""
+    run_dir, run = Path(run_dir), load_run(run_dir)
+    stack, corpus = stacks.import_stack(stack_name), load_corpus(run_dir)
+    path = run_dir / stack_name / CHECKPOINT
+    if not path.is_file():
+        raise ValueError(f"{run_dir} has no {stack_name} checkpoint ({path}): train it first")
+    weights, metadata = safetensors_io.load(path)
+    for side, vocab in (("src", corpus.src_vocab), ("tgt", corpus.tgt_vocab)):
+        if metadata.get(f"{side}_vocab") != vocab.fingerprint:
+            raise ValueError(
+                f"{path} was trained with another {side} vocabulary than {run_dir / CORPUS_DIR} "
+                f"(fingerprint {str(metadata.get(f'{side}_vocab'))[:12]} vs {vocab.fingerprint[:12]})"
+            )
+    if metadata.get("model") != run.model or json.loads(metadata.get("config", "null")) != run.config:
+        raise ValueError(f"{path} holds model {metadata.get('model')!r} with another config than {run_dir / RUN_FILE}")
+    model = stack.build(run.model, run.dtype, **run.config)
+    stack.set_weights(model, optimizer_state.weights_without_optimizer(weights))
+    return stack, model, run, corpus
