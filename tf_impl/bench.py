@@ -1,6 +1,7 @@
 """What `rosetta bench` (shared/tools/bench.py) needs from Keras on its backend (TensorFlow, JAX or torch: KERAS_BACKEND,
 tf_impl/keras_compat/backends.py): thread and device setup, the timed calls in each mode (TensorFlow: eager, tf.function,
-XLA; JAX: eager, XLA (jit); torch: eager), peak memory and a matmul peak.
+XLA; JAX: eager, XLA (jit); torch: eager), peak memory, a matmul peak, and which path ran (cuDNN, XLA as Keras
+kept it).
 
 Mirrors torch_impl/bench.py function for function. FLOPs are counted once, by the torch stack (the
 same model computes the same products); `count_gflop` here returns None and the report fills it in.
@@ -59,7 +60,8 @@ def matmul_gflops(device: str) -> float:
     return machine.matmul_rate(product, n)
 
 
-def reset_peak_memory(device: str) -> None:
+def start_case(device: str) -> None:
+    """Before a case: reset the peak memory counters."""
     if device == "gpu":
         backends.reset_peak_gpu_memory()
     machine.reset_peak_rss()
@@ -82,11 +84,13 @@ def build(name: str, impl: str, device: str = "cpu"):
 
 
 def make_call(name: str, task: str, impl: str, mode: str, arrays: dict, max_len: int, device: str = "cpu"):
-    """A no-argument callable doing one case's unit of work (and waiting for the device)."""
+    """(a no-argument callable doing one case's unit of work and waiting for the device, a callable saying which
+    path the calls took: `execution_path`, read after them)."""
     model = build(name, impl, device)
     if task == "train_step":
         trainer = Trainer(model, name, shared_bench.BENCH_SPEC, mode=mode)
-        return lambda: trainer.step(arrays)  # returns a float: waits for the device
+        compiled = lambda: trainer.keras_model.jit_compile is True  # noqa: E731  (Keras may turn XLA off)
+        return (lambda: trainer.step(arrays)), lambda: execution_path(model, mode, device, compiled())
     if mode != "eager":  # the unit greedy decoding repeats; bypass Keras's attribute tracking
         if backend() not in shared_bench.COMPILED_GREEDY_BACKENDS:
             raise ValueError(f"greedy decoding compiles its step on TensorFlow only, not on Keras's {backend()} backend")
@@ -94,7 +98,24 @@ def make_call(name: str, task: str, impl: str, mode: str, arrays: dict, max_len:
 
         object.__setattr__(model, "step", tf.function(model.step, jit_compile=mode == "xla"))
     source = {key: arrays[key] for key in ("src", "src_len")}
-    return lambda: contract.greedy(model, name, source, max_len=max_len)  # numpy out: waits for the device
+    path = lambda: execution_path(model, mode, device, mode == "xla")  # noqa: E731
+    return (lambda: contract.greedy(model, name, source, max_len=max_len)), path  # numpy out: waits for the device
+
+
+def execution_path(model, mode: str, device: str, xla: bool) -> dict:
+    """Which path the case's calls took: cuDNN for the recurrent layers (Keras's GRU on TensorFlow on a GPU, when
+    its configuration allows), the compiler (`xla`: whether XLA compiled the step, as Keras kept it: Keras turns it
+    off for a model that cannot take it), no graph breaks or `allow_rnn` (torch's), no CUDA graphs."""
+    compiler = ("xla" if xla else "tf.function") if mode != "eager" and backend() == "tensorflow" else None
+    if backend() == "jax" and mode == "xla":
+        compiler = "xla (jax.jit)" if xla else "jax eager"
+    return {
+        "cudnn": device == "gpu" and backends.cudnn_recurrent(model),
+        "compiler": compiler,
+        "graph_breaks": None,
+        "allow_rnn": None,
+        "cuda_graphs": False,
+    }
 
 
 def count_gflop(name: str, task: str, impl: str, arrays: dict, max_len: int) -> None:

@@ -1,5 +1,6 @@
 """What `rosetta bench` (shared/tools/bench.py) needs from PyTorch: thread and device setup, the timed calls in
-each mode (eager, torch.compile), peak memory, a matmul peak, and the FLOPs of a case.
+each mode (eager, torch.compile), peak memory, a matmul peak, the FLOPs of a case, and which path ran (cuDNN,
+Inductor and its graph breaks, `allow_rnn`, CUDA graphs).
 
 Mirrors tf_impl/bench.py function for function.
 """
@@ -56,10 +57,12 @@ def matmul_gflops(device: str) -> float:
     return machine.matmul_rate(product, n)
 
 
-def reset_peak_memory(device: str) -> None:
+def start_case(device: str) -> None:
+    """Before a case: reset the peak memory counters and Dynamo's count of graph breaks."""
     if device == "gpu":
         torch.cuda.reset_peak_memory_stats()
     machine.reset_peak_rss()
+    torch._dynamo.utils.counters.clear()
 
 
 def peak_memory_mb(device: str) -> float | None:
@@ -78,15 +81,33 @@ def build(name: str, impl: str, device: str = "cpu") -> torch.nn.Module:
 
 
 def make_call(name: str, task: str, impl: str, mode: str, arrays: dict, max_len: int, device: str = "cpu"):
-    """A no-argument callable doing one case's unit of work (and waiting for the device)."""
+    """(a no-argument callable doing one case's unit of work and waiting for the device, a callable saying which
+    path the calls took: `execution_path`, read after them)."""
     model = build(name, impl, device)
+    path = lambda: execution_path(model, mode, device)  # noqa: E731
     if task == "train_step":
         trainer = Trainer(model, name, shared_bench.BENCH_SPEC, mode=mode)
-        return lambda: trainer.step(arrays)  # returns a float: waits for the device
+        return (lambda: trainer.step(arrays)), path  # returns a float: waits for the device
     if mode == "compile":
         model.step = torch.compile(model.step)  # the unit greedy decoding repeats
     source = {key: arrays[key] for key in ("src", "src_len")}
-    return lambda: contract.greedy(model, name, source, max_len=max_len)  # numpy out: waits for the device
+    return (lambda: contract.greedy(model, name, source, max_len=max_len)), path  # numpy out: waits for the device
+
+
+def execution_path(model: torch.nn.Module, mode: str, device: str) -> dict:
+    """Which path the case's calls took, read after them: cuDNN for the recurrent layers (on a GPU, cuDNN on, a
+    float32 nn.GRU/LSTM/RNN), the compiler, Dynamo's graph breaks and whether it traced into recurrent layers
+    (`allow_rnn`; off, each nn.GRU is a break), CUDA graphs (none: no mode captures them)."""
+    recurrent = any(isinstance(module, torch.nn.RNNBase) for module in model.modules())
+    compiled = mode == "compile"
+    breaks = sum(torch._dynamo.utils.counters["graph_break"].values())
+    return {
+        "cudnn": device == "gpu" and recurrent and torch.backends.cudnn.is_available() and torch.backends.cudnn.enabled,
+        "compiler": "inductor" if compiled else None,
+        "graph_breaks": breaks if compiled else None,
+        "allow_rnn": bool(torch._dynamo.config.allow_rnn) if compiled else None,
+        "cuda_graphs": False,
+    }
 
 
 def count_gflop(name: str, task: str, impl: str, arrays: dict, max_len: int) -> float:

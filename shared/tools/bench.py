@@ -3,7 +3,10 @@
 Fairness (docs/DESIGN.md "Speed, fairly"): one stack per process, the thread count fixed before the
 framework is imported and recorded, warm-up calls discarded, the first call's extra time reported
 as compile/trace time, medians and quartiles over repeats, peak memory per case (the process's peak
-RSS reset before each case on CPU, the framework's own peak counter on GPU), TF32 off on GPU.
+RSS reset before each case on CPU, the framework's own peak counter on GPU), TF32 off on GPU. Each row says what
+ran (`path`: cuDNN, the compiler, graph breaks, CUDA graphs) and how busy the other processes kept the CPU before,
+during and after it (`others_busy`, in cores); `disturbed` names why a row's time cannot be trusted (load or
+spread beyond shared.tools.machine's limits), and the report shows it.
 
 A case is one (model, task, impl, mode, sizes): task `train_step` (forward, backward, global-norm
 clip, Adam: the stack's `Trainer`) or `greedy` (greedy decoding of `tgt_len` steps, the compiled unit
@@ -28,7 +31,16 @@ import numpy as np
 from shared import catalogue, documents, stacks
 from shared.io.atomic import write_atomic
 from shared.specs import Sizes, TrainSpec
-from shared.tools.machine import cpu_model, git_commit, machine_slug, thread_environment, time_calls
+from shared.tools.machine import (
+    OthersMeter,
+    cpu_model,
+    disturbance,
+    git_commit,
+    machine_slug,
+    others_busy,
+    thread_environment,
+    time_calls,
+)
 from shared.verify.fixtures import synthetic_batch
 
 SCHEMA = 1
@@ -234,9 +246,12 @@ def _measure_case(bench, stack: str, case: Case, profile: Profile, threads: int,
     }
     arrays = synthetic_batch(case.model, case.sizes)
     try:
-        bench.reset_peak_memory(device)
-        call = bench.make_call(case.model, case.task, case.impl, case.mode, arrays, case.sizes.tgt_len, device)
+        bench.start_case(device)
+        call, execution_path = bench.make_call(case.model, case.task, case.impl, case.mode, arrays, case.sizes.tgt_len, device)
+        load = {"before": others_busy()}
+        during = OthersMeter.start()
         timing = time_calls(call, profile.warmup, profile.repeats, profile.big_repeats)
+        load |= {"during": during.stop(), "after": others_busy()}
         tokens = case.sizes.batch * case.sizes.tgt_len
         return {
             **row,
@@ -244,6 +259,9 @@ def _measure_case(bench, stack: str, case: Case, profile: Profile, threads: int,
             "tokens_per_s": tokens / (timing["median_ms"] / 1e3),
             "peak_mem_mb": bench.peak_memory_mb(device),
             "gflop": _gflop(bench, case, arrays),
+            "others_busy": load,
+            "disturbed": disturbance(timing, load),
+            "path": execution_path(),
             "status": "ok",
             "error": None,
         }

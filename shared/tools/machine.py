@@ -1,5 +1,6 @@
 """The machine a benchmark runs on: timing a call fairly (warm-up, medians, quartiles), the machine's matmul
-peak, its CPU, name and commit, the process's peak memory, and the variables that fix thread pools."""
+peak, its CPU, name and commit, the process's peak memory, the variables that fix thread pools, and how busy the
+other processes kept the CPU while a case ran (a benchmark under load measures the load, not the model)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import re
 import statistics
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -114,3 +116,60 @@ def thread_environment(threads: int) -> dict[str, str]:
         "TF_NUM_INTEROP_THREADS": "1",
         "XLA_FLAGS": " ".join(filter(None, [os.environ.get("XLA_FLAGS", ""), xla])),
     }
+
+
+# ---- the load of other processes ----
+
+OTHERS_BUSY_LIMIT = 0.25  # cores the other processes may keep busy before a case counts as disturbed
+SPREAD_LIMIT = 0.25  # the IQR as a share of the median beyond which a case counts as disturbed
+IDLE_WINDOW_S = 0.1  # how long the probes before and after a case watch the machine while this process waits
+
+
+def _cpu_ticks() -> tuple[int, int] | None:
+    """(busy ticks of the whole machine, ticks of this process and its waited-for children) from /proc; None elsewhere."""
+    try:
+        machine = [int(field) for field in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        own = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, ValueError, IndexError):
+        return None
+    idle = machine[3] + (machine[4] if len(machine) > 4 else 0)  # idle and iowait
+    busy = sum(machine[:8]) - idle  # user nice system idle iowait irq softirq steal (guest is inside user)
+    return busy, sum(int(field) for field in own[11:15])  # utime stime cutime cstime
+
+
+@dataclass
+class OthersMeter:
+    """Cores the other processes kept busy between `OthersMeter.start()` and `stop()`: the machine's busy ticks less
+    this process's own, over the wall time (None where /proc is absent)."""
+
+    ticks: tuple[int, int] | None
+    started: float
+
+    @classmethod
+    def start(cls) -> OthersMeter:
+        return cls(_cpu_ticks(), time.perf_counter())
+
+    def stop(self) -> float | None:
+        now, seconds = _cpu_ticks(), time.perf_counter() - self.started
+        if self.ticks is None or now is None or seconds <= 0:
+            return None
+        others = (now[0] - self.ticks[0]) - (now[1] - self.ticks[1])
+        return max(others, 0) / os.sysconf("SC_CLK_TCK") / seconds
+
+
+def others_busy(window_s: float = IDLE_WINDOW_S) -> float | None:
+    """Cores the other processes keep busy while this one waits `window_s` (the probe before and after a case)."""
+    meter = OthersMeter.start()
+    time.sleep(window_s)
+    return meter.stop()
+
+
+def disturbance(timing: dict, load: dict) -> str | None:
+    """Why a case's time cannot be trusted, or None: other processes busy before, during or after it (`load`:
+    cores, `others_busy` and `OthersMeter`), or a spread of its repeats beyond SPREAD_LIMIT of the median."""
+    reasons = [f"{when}: other processes kept {cores:.2f} cores busy" for when, cores in load.items()
+               if cores is not None and cores > OTHERS_BUSY_LIMIT]  # fmt: skip
+    spread = (timing["q75_ms"] - timing["q25_ms"]) / timing["median_ms"] if timing["median_ms"] > 0 else 0.0
+    if spread > SPREAD_LIMIT:
+        reasons.append(f"spread: IQR {spread:.0%} of the median")
+    return "; ".join(reasons) or None

@@ -102,3 +102,35 @@ def test_an_unknown_profile_is_refused():
         bench.get_profile("huge")
     with pytest.raises(SystemExit):
         cli.main(["bench", "--profile", "huge"])
+
+
+def test_the_load_of_other_processes_is_measured_and_our_own_work_is_not():
+    """A busy process beside us reads as about one core; this process's own work does not count (negative control:
+    a meter that counted it would read one more core while we spin)."""
+    import subprocess
+    import sys
+    import time
+
+    quiet = machine.others_busy(0.3)
+    if quiet is None:
+        pytest.skip("no /proc: the load cannot be measured here")
+    meter, spun = machine.OthersMeter.start(), time.perf_counter()
+    while time.perf_counter() - spun < 0.5:
+        pass
+    assert meter.stop() < quiet + 0.5
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.2)
+        assert machine.others_busy(0.5) > quiet + 0.6
+    finally:
+        busy.kill()
+        busy.wait()
+
+
+def test_a_case_is_flagged_for_load_or_spread_and_a_quiet_one_is_not():
+    timing = {"median_ms": 10.0, "q25_ms": 9.5, "q75_ms": 10.5}
+    assert machine.disturbance(timing, {"before": 0.0, "during": 0.1, "after": None}) is None
+    loaded = machine.disturbance(timing, {"before": 0.0, "during": 0.93, "after": 0.4})
+    assert loaded == "during: other processes kept 0.93 cores busy; after: other processes kept 0.40 cores busy"
+    spread = machine.disturbance({"median_ms": 10.0, "q25_ms": 8.0, "q75_ms": 13.0}, {"during": 0.0})
+    assert spread == "spread: IQR 50% of the median"

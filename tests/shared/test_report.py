@@ -6,6 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from shared import catalogue
@@ -275,3 +276,29 @@ def test_a_failed_row_shows_as_failed(tmp_path, inputs):
     line = next(line for line in readme.splitlines() if line.startswith("| luong_dot ") and "| xla " in line)
     assert " failed |" in line and "Failed: luong_dot torch compile as_written" in readme
     assert "luong_dot tf xla as_written (cpu-test-2c cpu, threads 2): out of memory" in readme
+
+
+def test_a_disturbed_row_shows_its_flag_and_every_row_what_ran(tmp_path, inputs):
+    """Rows measured with the load show "ok" or why they were disturbed; rows of files before that show "-"; the CSV
+    says which path ran."""
+    path = inputs["results_dir"] / CPU["machine"] / "torch.json"
+    data = json.loads(path.read_text())
+    quiet = {"others_busy": {"before": 0.0, "during": 0.01, "after": 0.0}, "disturbed": None}
+    path_of = {"compiler": "inductor", "graph_breaks": 2, "allow_rnn": False, "cudnn": False, "cuda_graphs": False}
+    for row in data["rows"]:
+        if row["model"] == "reverse_bahdanau" and row["task"] == "train_step" and row["sweep"] == "document":
+            row.update(quiet, path=path_of if row["mode"] == "compile" else {"compiler": None})
+            if (row["mode"], row["impl"]) == ("eager", "ours"):
+                row.update(disturbed="during: other processes kept 0.93 cores busy")
+    path.write_text(json.dumps(data))
+    result, readme = _report(tmp_path, inputs)
+    speed = result["tables"]["speed_train_step"]
+    flags = {(r["stack"], r["mode"], r["impl"]): r["flag"] for _, r in speed[speed["model"] == "reverse_bahdanau"].iterrows()}
+    assert flags[("torch", "eager", "ours")] == "during: other processes kept 0.93 cores busy"
+    assert flags[("torch", "compile", "ours")] == "" and pd.isna(flags[("tf", "eager", "ours")])
+    flagged = [line.split("|") for line in readme.splitlines() if "0.93 cores busy" in line]
+    assert [[cell.strip() for cell in line[1:5]] for line in flagged] == [["reverse_bahdanau", "torch", "eager", "ours"]]
+    rows = [line for line in readme.splitlines() if line.startswith("| reverse_bahdanau | torch   | compile  | ours ")]
+    assert rows and rows[0].split("|")[-2].strip() == "ok"
+    csv = (tmp_path / "report" / "csv" / "speed_train_step.csv").read_text()
+    assert "inductor, 2 graph breaks, allow_rnn off" in csv and ",eager," in csv

@@ -25,4 +25,8 @@ def test_a_smoke_bench_writes_one_result_file_with_every_case(stack, tmp_path):
     assert {row["impl"] for row in rows} == {"ours", "as_written"} and {row["task"] for row in rows} == {"train_step", "greedy"}
     if name == "torch":
         assert all(row["gflop"] > 0 for row in rows)
+    # what ran, and the load of other processes before, during and after each case (in cores; None without /proc)
+    assert all(set(row["path"]) == {"cudnn", "compiler", "graph_breaks", "allow_rnn", "cuda_graphs"} for row in rows)
+    assert environment["device"] == "gpu" or not any(row["path"]["cudnn"] for row in rows)  # cuDNN: GPUs only
+    assert all(set(row["others_busy"]) == {"before", "during", "after"} and "disturbed" in row for row in rows)
     assert not list(tmp_path.rglob("*.tmp*"))

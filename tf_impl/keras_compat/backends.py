@@ -184,3 +184,20 @@ def peak_gpu_memory_mb() -> float | None:
     import torch
 
     return torch.cuda.max_memory_allocated() / 2**20
+
+
+def cudnn_recurrent(model) -> bool:
+    """Whether a Keras GRU of `model` runs cuDNN's kernel: Keras's TensorFlow backend on a GPU, a layer allowed it
+    (`use_cudnn`, no recurrent dropout) and the configuration cuDNN computes (tanh, sigmoid, bias, reset after, not
+    unrolled). Our LSTM and RNN cells keep torch's two biases: cuDNN's Keras path is never theirs."""
+    if name() != "tensorflow" or gpu_name() is None:
+        return False
+    grus = [layer for layer in model._flatten_layers() if isinstance(layer, keras.layers.GRU)]
+    return any(_cudnn_gru(layer) for layer in grus)
+
+
+def _cudnn_gru(layer) -> bool:
+    cell = layer.cell
+    activations = (keras.activations.serialize(cell.activation), keras.activations.serialize(cell.recurrent_activation))
+    allowed = layer.use_cudnn in ("auto", True) and not cell.recurrent_dropout and not layer.unroll
+    return allowed and activations == ("tanh", "sigmoid") and cell.use_bias and cell.reset_after

@@ -122,9 +122,23 @@ def _record(row: dict, environment: dict, name: str) -> dict:
     """One row, flat, with its file's machine, matmul peak and creation time."""
     record = {key: row.get(key) for key in (*ROW_FIELDS, *NUMBER_FIELDS)}
     record.update({key: int(row[key]) for key in INTEGER_FIELDS}, error=None if row.get("error") is None else str(row["error"]))
+    record.update(disturbed=str(row.get("disturbed") or "") if "others_busy" in row else None, ran=path_text(row.get("path")))
     peak, profile = environment.get("matmul_gflops"), environment.get("profile")
     record.update(machine=environment["machine"], profile=str(profile or "-"), matmul_gflops=peak if is_number(peak) else None)
     return {**record, "created": str(environment.get("created") or ""), "file": name}
+
+
+def path_text(path) -> str | None:
+    """A row's `path` in a few words ("inductor, 2 graph breaks, allow_rnn off", "xla, cuDNN"); None: not recorded."""
+    if not isinstance(path, dict):
+        return None
+    words = [str(path.get("compiler") or "eager")]
+    if is_number(path.get("graph_breaks")):
+        words.append(f"{int(path['graph_breaks'])} graph break{'s' * (path['graph_breaks'] != 1)}")
+    if path.get("allow_rnn") is not None:
+        words.append(f"allow_rnn {'on' if path['allow_rnn'] else 'off'}")
+    words += [name for key, name in (("cudnn", "cuDNN"), ("cuda_graphs", "CUDA graphs")) if path.get(key) is True]
+    return ", ".join(words)
 
 
 def _finish_rows(records: list[dict]):

@@ -27,8 +27,11 @@ ROW_FIELDS = ("model", "stack", "mode", "impl", "task", "device", "threads", "dt
 INTEGER_FIELDS = ("threads", "batch", "src_len", "tgt_len")
 NUMBER_FIELDS = ("median_ms", "q25_ms", "q75_ms", "min_ms", "repeats", "compile_s", "tokens_per_s", "peak_mem_mb", "gflop")
 FILE_FIELDS = ("machine", "profile", "matmul_gflops", "created", "file")  # taken from the row's file
-COLUMNS = (*ROW_FIELDS, *NUMBER_FIELDS, "error", *FILE_FIELDS)
-RUN_KEY = [name for name in COLUMNS if name not in (*NUMBER_FIELDS, "status", "error", *FILE_FIELDS[1:])]  # same measurement
+# what a row says of its own measurement: why it is disturbed ("" when it is not, None in files before the load was
+# measured) and which path ran (shared.tools.bench's `path`, as text)
+RUN_NOTES = ("disturbed", "ran")
+COLUMNS = (*ROW_FIELDS, *NUMBER_FIELDS, "error", *RUN_NOTES, *FILE_FIELDS)
+RUN_KEY = [name for name in COLUMNS if name not in (*NUMBER_FIELDS, "status", "error", *RUN_NOTES, *FILE_FIELDS[1:])]
 CONTEXT = ("device", "machine", "threads", "dtype")  # one measurement setting (profiles only choose the cases)
 SETTING = ["model", "machine", "device", "threads", "dtype", *SIZES]  # what two compared times share
 SWEEP_SIZE = {"seq_len": "src_len", "batch": "batch"}  # the size a sweep varies
@@ -113,6 +116,8 @@ SPEED_COLUMNS = {
     "% matmul peak": "% matmul peak",
     "status": "status",
     "error": "error",
+    "disturbed": "flag",
+    "ran": "ran",
 }
 
 

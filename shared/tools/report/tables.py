@@ -292,8 +292,10 @@ def speed_table(rows, task: str):
 
 
 def _speed_shown(numeric):
-    """The speed table as printed: IQR as one "q25-q75" column, "failed" for the median of a failed row."""
-    shown = numeric.drop(columns=["q25 ms", "q75 ms", "status", "error"])
+    """The speed table as printed: IQR as one "q25-q75" column, "failed" for the median of a failed row, why a row was
+    disturbed ("ok": it was not; "-": its file measured no load), what ran in the CSV only."""
+    shown = numeric.drop(columns=["q25 ms", "q75 ms", "status", "error", "ran"])
+    shown["flag"] = [flag if isinstance(flag, str) and flag else "ok" if flag == "" else "-" for flag in numeric["flag"]]
     bounds = zip(numeric["q25 ms"], numeric["q75 ms"], strict=True)
     iqr = ["-" if math.isnan(low) or math.isnan(high) else f"{sig3(low)}–{sig3(high)}" for low, high in bounds]
     shown.insert(shown.columns.get_loc("median ms") + 1, "IQR ms", iqr)
