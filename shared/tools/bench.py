@@ -88,7 +88,7 @@ class Profile:
     sweep_models: tuple[str, ...]
     seq_lens: tuple[int, ...] = (5, 10, 20, 40)
     batches: tuple[int, ...] = (8, 32, 128)
-    as_written_modes: tuple[str, ...] = ("eager", "function")
+    as_written_modes: tuple[str, ...] = ALL_MODES  # the listing as the baseline of every mode
     modes: tuple[str, ...] | None = None  # only these modes (None: every mode of the stack)
     tag: str = ""  # appended to the result file's name, for a run restricted to part of a profile
     warmup: int = 3

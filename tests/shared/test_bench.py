@@ -42,7 +42,10 @@ def test_the_full_profile_times_every_model_and_greedy_decoding_of_the_real_data
     assert {c.model for c in cases} == set(catalogue.built())
     greedy = {c.model for c in cases if c.task == "greedy"}
     assert greedy == {name for name in catalogue.built() if catalogue.get(name).variable_length}
-    assert {c.mode for c in cases if c.impl == "as_written"} == {"eager"}  # torch: as written in eager only
+    # the listing is the baseline of every mode a user runs: torch eager and compile, Keras's every mode
+    assert {c.mode for c in cases if c.impl == "as_written"} == {"eager", "compile"}
+    tf_cases = bench.cases(bench.get_profile("full"), "tf", threads=2)
+    assert {c.mode for c in tf_cases if c.impl == "as_written"} == {"eager", "function", "xla"}
 
 
 def test_every_model_has_document_sizes_and_a_synthetic_batch_of_them():
