@@ -91,20 +91,23 @@ class BahdanauReverseTask(ReverseTaskBase):
     def decode_hoisted(self, enc_out, enc_hidden, dec_emb):
         """Ours: what does not depend on the step once (the encoder's share of the score, the embeddings'
         share of the GRU's gates), one product for everything that reads s_{t-1} (the score's query and
-        the GRU's hidden gates), a GRU cell per step, the output layer once after the loop."""
+        the GRU's hidden gates), a GRU cell per step, the output layer once after the loop. The steps' inputs
+        come from one `unstack` (over_time) and the context's weights from one slice, outside the loop: a slice per
+        step would zero-fill a whole `[B, T, 3H]` (or weight-sized) gradient in each step's backward."""
         keys = self.keys(enc_out)  # [B, S, A]
         E, A, cell = self.embedding_dim, keys.shape[2], self.decoder.cell
         emb_share = ops.matmul(dec_emb, cell.kernel[:E]) + cell.bias[0]  # [B, T, 3H]
         query_kernel, query_bias = self.query_projection()  # [H, A], [A]
         state_kernel = ops.concatenate([query_kernel, cell.recurrent_kernel], axis=1)  # [H, A + 3H]
         state_bias = ops.concatenate([query_bias, cell.bias[1]], axis=0)  # [A + 3H]
+        context_kernel = cell.kernel[E:]  # [H, 3H]
 
         def step(state, emb_share_t):  # s_{t-1}: [B, H]
             state_share = ops.matmul(state, state_kernel) + state_bias  # [B, A + 3H]
             query, hidden_share = state_share[:, :A], state_share[:, A:]  # [B, A], [B, 3H]
             probs = masked_softmax(additive_scores(self.v, keys, ops.expand_dims(query, 1)), None)  # [B, 1, S]
             context_vector = tap(CONTEXT_VECTORS, ops.squeeze(ops.matmul(probs, enc_out), 1))  # [B, 1, S] @ [B, S, H] -> [B, H]
-            input_share = emb_share_t + ops.matmul(context_vector, cell.kernel[E:])  # [B, 3H]
+            input_share = emb_share_t + ops.matmul(context_vector, context_kernel)  # [B, 3H]
             state = gru_cell(input_share, hidden_share, state)  # [B, H]
             return state, (state, ops.squeeze(probs, 1))
 

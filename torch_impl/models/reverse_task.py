@@ -13,7 +13,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from shared.core.taps import CONTEXT_VECTORS, ENCODER_OUTPUTS, ENCODER_STATE, SOURCE_EMBEDDINGS, TARGET_EMBEDDINGS, tap
+from shared.core.taps import (
+    CONTEXT_VECTORS,
+    ENCODER_OUTPUTS,
+    ENCODER_STATE,
+    SOURCE_EMBEDDINGS,
+    TARGET_EMBEDDINGS,
+    tap,
+)
 from torch_impl.models.seq2seq import masked_softmax
 
 
@@ -83,19 +90,22 @@ class BahdanauReverseTask(ReverseTaskBase):
     def decode_hoisted(self, enc_out, enc_hidden, dec_emb):
         """Ours: what does not depend on the step once (the encoder's share of the score, the embeddings'
         share of the GRU's gates), one product for everything that reads s_{t-1} (the score's query and
-        the GRU's hidden gates), a GRU cell per step, the output layer once after the loop."""
+        the GRU's hidden gates), a GRU cell per step, the output layer once after the loop. The steps' inputs
+        come from one `unbind` and the context's weights from one slice, each outside the loop: a slice per
+        step would zero-fill a whole `[B, T, 3H]` (or weight-sized) gradient in each step's backward."""
         keys = self.keys(enc_out)  # [B, S, A]
         E, A, gru = self.embedding_dim, keys.shape[2], self.decoder
         emb_share = F.linear(dec_emb, gru.weight_ih_l0[:, :E], gru.bias_ih_l0)  # [B, T, 3H]
+        context_weight = gru.weight_ih_l0[:, E:].t()  # [H, 3H]
         query_weight, query_bias = self.query_projection()  # [A, H], [A]
         state_weight = torch.cat([query_weight, gru.weight_hh_l0])  # [A + 3H, H]
         state_bias = torch.cat([query_bias, gru.bias_hh_l0])  # [A + 3H]
         state, states, attention = enc_hidden[-1], [], []  # s_{t-1}: [B, H]
-        for t in range(dec_emb.shape[1]):
+        for emb_share_t in emb_share.unbind(1):  # [B, 3H] each
             query, hidden_share = F.linear(state, state_weight, state_bias).split([A, state_bias.shape[0] - A], dim=1)
             probs = masked_softmax(additive_scores(self.v, keys, query.unsqueeze(1)), None)  # [B, 1, S]
             context_vector = tap(CONTEXT_VECTORS, torch.bmm(probs, enc_out).squeeze(1))  # [B, 1, S] @ [B, S, H] -> [B, H]
-            input_share = torch.addmm(emb_share[:, t], context_vector, gru.weight_ih_l0[:, E:].t())  # [B, 3H]
+            input_share = torch.addmm(emb_share_t, context_vector, context_weight)  # [B, 3H]
             state = gru_cell(input_share, hidden_share, state)  # [B, H]
             states.append(state)
             attention.append(probs)
