@@ -32,6 +32,7 @@ from shared import catalogue, documents, stacks
 from shared.io.atomic import write_atomic
 from shared.specs import Sizes, TrainSpec
 from shared.tools.machine import (
+    IDLE_WINDOW_S,
     OthersMeter,
     cpu_model,
     disturbance,
@@ -94,6 +95,7 @@ class Profile:
     warmup: int = 3
     repeats: int = 10
     big_repeats: int = 5  # for cases whose warm call takes over a second
+    load_window_s: float = IDLE_WINDOW_S  # how long the load probes before and after each case watch
 
 
 PROFILES = {
@@ -122,6 +124,7 @@ PROFILES = {
         warmup=1,
         repeats=2,
         big_repeats=2,
+        load_window_s=0.01,
     ),
 }
 
@@ -248,10 +251,10 @@ def _measure_case(bench, stack: str, case: Case, profile: Profile, threads: int,
     try:
         bench.start_case(device)
         call, execution_path = bench.make_call(case.model, case.task, case.impl, case.mode, arrays, case.sizes.tgt_len, device)
-        load = {"before": others_busy()}
+        load = {"before": others_busy(profile.load_window_s)}
         during = OthersMeter.start()
         timing = time_calls(call, profile.warmup, profile.repeats, profile.big_repeats)
-        load |= {"during": during.stop(), "after": others_busy()}
+        load |= {"during": during.stop(), "after": others_busy(profile.load_window_s)}
         tokens = case.sizes.batch * case.sizes.tgt_len
         return {
             **row,

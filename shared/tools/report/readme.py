@@ -134,7 +134,10 @@ def _speed_section(inputs: Inputs, tables: Tables) -> list[str]:
         "best mode of each stack, same machine, device and threads; ours/as-written: as-written ms / ours ms, "
         "same stack and mode; mode/eager: eager ms / this mode's ms (same backend); % matmul peak: the step's GFLOP "
         "per second over the machine's measured matmul GFLOP/s. A TF row whose mode starts with jax- or torch- ran "
-        "Keras on that Keras 3 backend (`rosetta bench --keras-backend`); the other TF rows, on TensorFlow.",
+        "Keras on that Keras 3 backend (`rosetta bench --keras-backend`); the other TF rows, on TensorFlow. flag: "
+        "ok, or why the row's time cannot be trusted (other processes kept the CPU busy before, during or after it, "
+        "or its repeats spread too far); - where the result file predates load measurement. The CSV's `ran` "
+        "column says which path executed (compiler, graph breaks, cuDNN, CUDA graphs).",
         "",
     ]
     if not (inputs.rows["device"] == "gpu").any():
