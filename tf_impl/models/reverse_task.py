@@ -91,9 +91,9 @@ class BahdanauReverseTask(ReverseTaskBase):
     def decode_hoisted(self, enc_out, enc_hidden, dec_emb):
         """Ours: what does not depend on the step once (the encoder's share of the score, the embeddings'
         share of the GRU's gates), one product for everything that reads s_{t-1} (the score's query and
-        the GRU's hidden gates), a GRU cell per step, the output layer once after the loop. The steps' inputs
-        come from one `unstack` (over_time) and the context's weights from one slice, outside the loop: a slice per
-        step would zero-fill a whole `[B, T, 3H]` (or weight-sized) gradient in each step's backward."""
+        the GRU's hidden gates), a GRU cell per step, the output layer once after the loop. The context's weights
+        are sliced once, outside the loop: a slice per step would zero-fill a weight-sized gradient in each step's
+        backward."""
         keys = self.keys(enc_out)  # [B, S, A]
         E, A, cell = self.embedding_dim, keys.shape[2], self.decoder.cell
         emb_share = ops.matmul(dec_emb, cell.kernel[:E]) + cell.bias[0]  # [B, T, 3H]

@@ -35,11 +35,9 @@ def over_time(step, carry, inputs):
     steps = keras.tree.flatten(inputs)[0].shape[1]
     if steps is None:
         return _scan_over_time(step, carry, inputs)
-    # one unstack per input: its gradient is one stack, where a slice per step zero-fills a whole `[B, T, ...]` each
-    per_step = [ops.unstack(x, steps, axis=1) for x in keras.tree.flatten(inputs)]
     outputs = []
     for t in range(steps):
-        carry, output = step(carry, keras.tree.pack_sequence_as(inputs, [xs[t] for xs in per_step]))
+        carry, output = step(carry, keras.tree.map_structure(lambda x, t=t: x[:, t], inputs))
         outputs.append(output)
     return carry, keras.tree.map_structure(lambda *per_step: ops.stack(per_step, 1), *outputs)  # [B, T, ...]
 
