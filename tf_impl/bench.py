@@ -89,8 +89,8 @@ def make_call(name: str, task: str, impl: str, mode: str, arrays: dict, max_len:
     model = build(name, impl, device)
     if task == "train_step":
         trainer = Trainer(model, name, shared_bench.BENCH_SPEC, mode=mode)
-        compiled = lambda: trainer.keras_model.jit_compile is True  # noqa: E731  (Keras may turn XLA off)
-        return (lambda: trainer.step(arrays)), lambda: execution_path(model, mode, device, compiled())
+        kept_xla = lambda: execution_path(model, mode, trainer.keras_model.jit_compile is True)  # noqa: E731  (Keras may turn XLA off)
+        return (lambda: trainer.step(arrays)), kept_xla
     if mode != "eager":  # the unit greedy decoding repeats; bypass Keras's attribute tracking
         if backend() not in shared_bench.COMPILED_GREEDY_BACKENDS:
             raise ValueError(f"greedy decoding compiles its step on TensorFlow only, not on Keras's {backend()} backend")
@@ -98,20 +98,18 @@ def make_call(name: str, task: str, impl: str, mode: str, arrays: dict, max_len:
 
         object.__setattr__(model, "step", tf.function(model.step, jit_compile=mode == "xla"))
     source = {key: arrays[key] for key in ("src", "src_len")}
-    path = lambda: execution_path(model, mode, device, mode == "xla")  # noqa: E731
-    return (lambda: contract.greedy(model, name, source, max_len=max_len)), path  # numpy out: waits for the device
+    call = lambda: contract.greedy(model, name, source, max_len=max_len)  # noqa: E731  (numpy out: waits for the device)
+    return call, (lambda: execution_path(model, mode, mode == "xla"))
 
 
-def execution_path(model, mode: str, device: str, xla: bool) -> dict:
+def execution_path(model, mode: str, xla: bool) -> dict:
     """Which path the case's calls took: cuDNN for the recurrent layers (Keras's GRU on TensorFlow on a GPU, when
     its configuration allows), the compiler (`xla`: whether XLA compiled the step, as Keras kept it: Keras turns it
     off for a model that cannot take it), no graph breaks or `allow_rnn` (torch's), no CUDA graphs."""
-    compiler = ("xla" if xla else "tf.function") if mode != "eager" and backend() == "tensorflow" else None
-    if backend() == "jax" and mode == "xla":
-        compiler = "xla (jax.jit)" if xla else "jax eager"
+    compilers = {"tensorflow": "xla" if xla else "tf.function", "jax": "xla (jax.jit)" if xla else "jax eager"}
     return {
-        "cudnn": device == "gpu" and backends.cudnn_recurrent(model),
-        "compiler": compiler,
+        "cudnn": backends.cudnn_recurrent(model),  # False off a GPU
+        "compiler": None if mode == "eager" else compilers.get(backend()),
         "graph_breaks": None,
         "allow_rnn": None,
         "cuda_graphs": False,

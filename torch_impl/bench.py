@@ -84,7 +84,7 @@ def make_call(name: str, task: str, impl: str, mode: str, arrays: dict, max_len:
     """(a no-argument callable doing one case's unit of work and waiting for the device, a callable saying which
     path the calls took: `execution_path`, read after them)."""
     model = build(name, impl, device)
-    path = lambda: execution_path(model, mode, device)  # noqa: E731
+    path = lambda: execution_path(model, mode, device)  # noqa: E731  (read after the calls: Dynamo's counters)
     if task == "train_step":
         trainer = Trainer(model, name, shared_bench.BENCH_SPEC, mode=mode)
         return (lambda: trainer.step(arrays)), path  # returns a float: waits for the device
