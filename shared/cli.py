@@ -183,7 +183,7 @@ def _reproduction(args) -> int:
     for run_dir in args.runs:
         for stack in STACKS:
             if (Path(run_dir) / stack / runs.LOSS_LOG).is_file():
-                print(f"summary: {reproduction.write_summary(run_dir, stack, args.results)}")
+                print("written: " + ", ".join(map(str, reproduction.write_summary(run_dir, stack, args.results))))
     summaries = reproduction.load_summaries(args.results)
     text = reproduction.render(summaries)
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)

@@ -17,7 +17,7 @@ import numpy as np
 
 from shared import catalogue, documents
 from shared.io.atomic import write_atomic
-from shared.train import runner, runs
+from shared.train import attention_samples, runner, runs
 
 CURVE_POINTS = 200  # the loss curve of a summary: at most this many window means
 
@@ -70,14 +70,20 @@ def _curve(steps: list[dict]) -> dict:
     }
 
 
-def write_summary(run_dir, stack: str, results_dir) -> Path:
-    """Write the summary as `<results_dir>/<run folder>-<stack>-<cpu|gpu>.json` (atomically); its path."""
+def write_summary(run_dir, stack: str, results_dir) -> list[Path]:
+    """Write the summary as `<results_dir>/<run folder>-<stack>-<cpu|gpu>.json` and, where the run still holds
+    the stack's checkpoint of a model with decoder attention, its attention record under the same name in
+    `<results_dir>/attention/` (shared.train.attention_samples), both atomically; the paths written."""
     summary = summarize(run_dir, stack)
     device = "gpu" if summary["device"].startswith(("cuda", "gpu")) else "cpu"
-    path = Path(results_dir) / f"{summary['run']}-{catalogue.stack_label(stack, summary['backend'])}-{device}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, (json.dumps(summary, indent=1) + "\n").encode())
-    return path
+    name = f"{summary['run']}-{catalogue.stack_label(stack, summary['backend'])}-{device}.json"
+    written = [Path(results_dir) / name]
+    written[0].parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(written[0], (json.dumps(summary, indent=1) + "\n").encode())
+    spec = catalogue.get(summary["model"])
+    if (Path(run_dir) / stack / runs.CHECKPOINT).is_file() and spec.interface == "seq2seq" and spec.has_attention:
+        written.append(attention_samples.write_record(run_dir, stack, Path(results_dir) / attention_samples.RECORDS_DIR / name))
+    return written
 
 
 def load_summaries(results_dir) -> list[dict]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import os
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -43,12 +44,32 @@ def side_by_side_heatmaps(
     Returns:
         `path` as a Path.
     """
+    return heatmap_rows([HeatmapRow(panels, source_tokens, output_tokens)], path, title)
+
+
+@dataclass(frozen=True)
+class HeatmapRow:
+    """One row of a heatmap figure: panels of one shape [L, S], their column and row labels, a caption."""
+
+    panels: list[tuple[str, np.ndarray]]
+    source_tokens: list[str]
+    output_tokens: list[str]
+    caption: str = ""
+
+
+def heatmap_rows(rows: list[HeatmapRow], path, title: str | None = None) -> Path:
+    """Write rows of side-by-side heatmaps (e.g. one sentence per row) to the PNG `path`; each row has its own
+    tokens and shape. Returns `path` as a Path."""
     path = _png_path(path)
-    _check_labels(source_tokens, "source_tokens")
-    _check_labels(output_tokens, "output_tokens")
-    arrays = _check_panels(panels, len(output_tokens), len(source_tokens))
-    blob = _render([(name, array) for (name, _), array in zip(panels, arrays, strict=True)], source_tokens, output_tokens, title)
-    write_atomic(path, blob)
+    if isinstance(rows, HeatmapRow) or not isinstance(rows, list | tuple) or not rows:
+        raise ValueError(f"rows must be a non-empty list of HeatmapRow, got {rows!r}")
+    checked = []
+    for row in rows:
+        _check_labels(row.source_tokens, "source_tokens")
+        _check_labels(row.output_tokens, "output_tokens")
+        arrays = _check_panels(row.panels, len(row.output_tokens), len(row.source_tokens))
+        checked.append(replace(row, panels=[(name, array) for (name, _), array in zip(row.panels, arrays, strict=True)]))
+    write_atomic(path, _render(checked, title))
     return path
 
 
@@ -92,23 +113,34 @@ def _check_labels(tokens, what: str) -> None:
         raise ValueError(f"{what} must be a list of strings, got {tokens!r}")
 
 
-def _render(panels: list[tuple[str, np.ndarray]], source_tokens, output_tokens, title) -> bytes:
-    """The PNG bytes of the figure; no pyplot, no global state touched."""
-    rows, columns = len(output_tokens), len(source_tokens)
-    width = len(panels) * (CELL_INCHES * columns + 2.5)  # + room for the row labels and the colorbar
-    height = CELL_INCHES * rows + 2.0 + (0.4 if title else 0.0)  # + room for the rotated column labels
-    figure = blank_figure(max(width, 3.0), max(height, 2.5))
-    for index, (name, array) in enumerate(panels):
-        axes = figure.add_subplot(1, len(panels), index + 1)
+def _render(rows: list[HeatmapRow], title: str | None) -> bytes:
+    """The PNG bytes of the figure, one subfigure per row; no pyplot, no global state touched."""
+    widths = [len(row.panels) * (CELL_INCHES * len(row.source_tokens) + 2.5) for row in rows]  # + row labels, colorbar
+    heights = [CELL_INCHES * len(row.output_tokens) + 2.0 for row in rows]  # + room for the rotated column labels
+    figure = blank_figure(max(*widths, 3.0), max(sum(heights) + (0.4 if title else 0.0), 2.5))
+    body = figure
+    if title:  # its own strip: a figure title over subfigures would overlap the first row's caption
+        heading, body = figure.subfigures(2, 1, height_ratios=[0.4, sum(heights)])
+        heading.suptitle(title, parse_math=False)
+    subfigures = body.subfigures(len(rows), 1, squeeze=False, height_ratios=heights)[:, 0]
+    for subfigure, row in zip(subfigures, rows, strict=True):
+        _render_row(subfigure, row)
+    return png_bytes(figure)
+
+
+def _render_row(subfigure, row: HeatmapRow) -> None:
+    """The row's panels side by side on `subfigure`, each with its colorbar, tokens on both axes."""
+    rows, columns = len(row.output_tokens), len(row.source_tokens)
+    for index, (name, array) in enumerate(row.panels):
+        axes = subfigure.add_subplot(1, len(row.panels), index + 1)
         image = axes.imshow(array, cmap="bone", aspect="equal", interpolation="nearest")  # [L, S]
-        axes.set_xticks(range(columns), source_tokens, rotation=60, ha="right", rotation_mode="anchor", parse_math=False)
-        axes.set_yticks(range(rows), output_tokens, parse_math=False)
+        axes.set_xticks(range(columns), row.source_tokens, rotation=60, ha="right", rotation_mode="anchor", parse_math=False)
+        axes.set_yticks(range(rows), row.output_tokens, parse_math=False)
         if name:
             axes.set_title(name, parse_math=False)
-        figure.colorbar(image, ax=axes, shrink=0.8)
-    if title:
-        figure.suptitle(title, parse_math=False)
-    return png_bytes(figure)
+        subfigure.colorbar(image, ax=axes, shrink=0.8)
+    if row.caption:
+        subfigure.supylabel(row.caption, fontsize="medium", parse_math=False)  # left of the row: clear of panel titles
 
 
 def blank_figure(width: float, height: float):

@@ -85,11 +85,12 @@ def load_corpus(run_dir: Path) -> corpora.Corpus:
     return corpora.Corpus.load(run_dir / CORPUS_DIR)
 
 
-def load_trained(run_dir, stack_name: str):
-    """(stack, model, run, corpus) from a run's canonical checkpoint, after checking it fits the run's
-    vocabularies and config (a checkpoint of another run or vocabulary raises ValueError)."""
+def load_trained(run_dir, stack_name: str, into: str | None = None):
+    """(stack, model, run, corpus) from the canonical checkpoint `stack_name` trained, built in the stack `into`
+    (default: the same), after checking it fits the run's vocabularies and config (a checkpoint of another run
+    or vocabulary raises ValueError)."""
     run_dir, run = Path(run_dir), load_run(run_dir)
-    stack, corpus = stacks.import_stack(stack_name), load_corpus(run_dir)
+    stack, corpus = stacks.import_stack(into or stack_name), load_corpus(run_dir)
     path = run_dir / stack_name / CHECKPOINT
     if not path.is_file():
         raise ValueError(f"{run_dir} has no {stack_name} checkpoint ({path}): train it first")

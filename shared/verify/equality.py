@@ -56,19 +56,14 @@ def results(stack, name: str, dtype: str, **set_weights_options) -> dict:
     return {"outputs": outputs, "loss": loss, "grads": grads, "greedy": greedy}
 
 
-def compare_stacks(
-    name: str, dtype: str, reference, candidate, outputs: dict | None = None, **candidate_options
-) -> dict[str, float]:
+def compare_stacks(name: str, dtype: str, reference, candidate, **candidate_options) -> dict[str, float]:
     """Assert `candidate` (a stack) equals `reference` on model `name`; return max |diff| per quantity.
 
     Args:
-        outputs: when given, receives both stacks' outputs (keys "reference", "candidate") for the report.
         candidate_options: passed to the candidate's set_weights (tests pass a naive `rules` table).
     """
     tolerance = catalogue.get(name).tolerance
     ref, cand = results(reference, name, dtype), results(candidate, name, dtype, **candidate_options)
-    if outputs is not None:
-        outputs.update(reference=ref["outputs"], candidate=cand["outputs"])
     if ref["outputs"].keys() != cand["outputs"].keys():
         raise AssertionError(f"{name}: outputs differ in keys: {sorted(ref['outputs'].keys() ^ cand['outputs'].keys())}")
     bounds = output_bounds(tolerance, dtype)

@@ -31,14 +31,12 @@ class Measurement:
 
     Attributes:
         sections: (title, README block, {(model, dtype): {quantity: max |torch - tf|}}) in print order.
-        outputs: (model, dtype) -> both stacks' fixture outputs (the report's attention maps).
         curves: (model, dtype) -> both stacks' training losses.
         failures: the comparisons that failed, as their messages.
         backend: the Keras backend the tf stack ran on.
     """
 
     sections: list = field(default_factory=list)
-    outputs: dict = field(default_factory=dict)
     curves: dict = field(default_factory=dict)
     failures: list = field(default_factory=list)
     backend: str = "tensorflow"
@@ -57,8 +55,8 @@ class Measurement:
         return [(block, "\n".join(equality.maxima_table(table))) for _, block, table in self.sections]
 
     def record(self) -> dict:
-        """What `rosetta report` reads: the maxima as tidy rows, both training curves, the fixture attention, and the
-        Keras backend the tf stack ran on."""
+        """What `rosetta report` reads: the maxima as tidy rows, both training curves, and the Keras backend the tf
+        stack ran on (the report's attention figures come from trained runs: shared.train.attention_samples)."""
 
         def tidy(table):
             return [
@@ -70,11 +68,6 @@ class Measurement:
         greedy = [
             {"model": m, "dtype": d, "tokens_equal": True} for m, d in maxima if catalogue.get(m).variable_length
         ]  # compare_stacks asserts equal ids: a model with different ids is a failure, not a row
-        attention = [
-            {"model": m, "torch": found["reference"]["attention"][0].tolist(), "tf": found["candidate"]["attention"][0].tolist()}
-            for (m, d), found in sorted(self.outputs.items())
-            if d == "float64" and "attention" in found.get("reference", {})
-        ]
         return {
             "schema": 1,
             "backend": self.backend,
@@ -85,7 +78,6 @@ class Measurement:
             "curves": [
                 {"model": m, "dtype": d, "torch": c["reference"], "tf": c["candidate"]} for (m, d), c in self.curves.items() if c
             ],
-            "attention": attention,
             "failures": self.failures,
         }
 
@@ -98,7 +90,7 @@ def measure(names: list[str], with_training: bool = False) -> Measurement:
     measured = Measurement(backend=stacks[1].backends.name())
 
     def compare(name, dtype):
-        return equality.compare_stacks(name, dtype, *stacks, outputs=measured.outputs.setdefault((name, dtype), {}))
+        return equality.compare_stacks(name, dtype, *stacks)
 
     rows, measured.failures = _each_model(names, compare)
     keras_on = "" if measured.backend == "tensorflow" else f", Keras on {measured.backend}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -89,15 +90,14 @@ def _equality(path: Path) -> Path:
         "greedy": [{"model": "luong_dot", "dtype": "float64", "tokens_equal": True}],
         "training": [{"model": "reverse_bahdanau", "dtype": "float64", "quantity": "loss curve", "max_abs": 1.3e-15}],
         "curves": [{"model": "reverse_bahdanau", "dtype": "float32", "torch": curve, "tf": [v + 1e-7 for v in curve]}],
-        "attention": [{"model": "reverse_bahdanau", "torch": [[0.25, 0.75], [0.5, 0.5], [0.9, 0.1]],
-                       "tf": [[0.25, 0.75], [0.5, 0.5], [0.9, 0.1 + 1e-8]]}],
     })  # fmt: skip
     return path
 
 
 def _training(folder: Path) -> Path:
-    folder.mkdir()
-    for name in ("reverse_bahdanau-torch-cpu.json", "tf_tutorial-torch-gpu.json"):
+    """Two real summaries and a real attention record (Keras's luong_general run: Multi30k sentences)."""
+    (folder / "attention").mkdir(parents=True)
+    for name in ("reverse_bahdanau-torch-cpu.json", "tf_tutorial-torch-gpu.json", "attention/luong_general-tf-cpu.json"):
         shutil.copy(REPO / "reports" / "training" / name, folder / name)
     return folder
 
@@ -132,7 +132,8 @@ def test_the_report_comes_out_with_its_sections_csvs_and_figures(tmp_path, input
     assert {"headline", "equality_outputs", "equality_training", "equality_backends", "loss", "speed_train_step",
             "speed_greedy", "scaling_seq_len", "scaling_batch"} == set(result["tables"])  # fmt: skip
     figures = sorted(path.name for path in (tmp_path / "report" / "figures").iterdir())
-    assert figures == ["attention_reverse_bahdanau.png", "cost_vs_seq_len.png", "loss_curves.png", "speed_train_step.png"]
+    assert figures == ["attention_luong_general.png", "cost_vs_seq_len.png", "loss_curves.png", "speed_train_step.png",
+                       "training_curves.png"]  # fmt: skip
     assert all(f"](figures/{name})" in readme for name in figures)
     assert all(f"`csv/{name}`" in readme for name in csv)
     assert "cpu-test-2c" in readme and "Test CPU" in readme and result["missing"] == []
@@ -265,7 +266,9 @@ def test_regenerating_gives_identical_files(tmp_path, inputs):
     _report(tmp_path, inputs, "first")
     _report(tmp_path, inputs, "second")
     _report(tmp_path, inputs, "second")
-    for name in ["README.md", *(f"csv/{path.name}" for path in (tmp_path / "first" / "csv").iterdir())]:
+    generated = [f"{folder}/{path.name}" for folder in ("csv", "figures") for path in (tmp_path / "first" / folder).iterdir()]
+    assert len(generated) > 10
+    for name in ["README.md", *generated]:
         assert (tmp_path / "first" / name).read_bytes() == (tmp_path / "second" / name).read_bytes(), name
 
 
@@ -302,3 +305,29 @@ def test_a_disturbed_row_shows_its_flag_and_every_row_what_ran(tmp_path, inputs)
     assert rows and rows[0].split("|")[-2].strip() == "ok"
     csv = (tmp_path / "report" / "csv" / "speed_train_step.csv").read_text()
     assert "inductor, 2 graph breaks, allow_rnn off" in csv and ",eager," in csv
+
+
+def test_trained_attention_names_the_models_it_cannot_show_and_skips_a_bad_record(tmp_path, inputs):
+    record = json.loads((inputs["training_dir"] / "attention" / "luong_general-tf-cpu.json").read_text())
+    record["sentences"][0]["attention"]["torch"] = record["sentences"][0]["attention"]["torch"][1:]  # a row lost
+    _write_json(inputs["training_dir"] / "attention" / "cut.json", {**record, "model": "luong_dot"})
+    _write_json(inputs["training_dir"] / "attention" / "other.json", {"format": "something else"})
+    result, readme = _report(tmp_path, inputs)
+    missing = "\n".join(result["missing"])
+    assert "attention record cut.json: sentence 0: attention [(10, 13), (11, 13)], but 11 output and 13 source tokens" in missing
+    assert "attention record other.json: not an attention record" in missing
+    figures = [path.name for path in (tmp_path / "report" / "figures").iterdir() if path.name.startswith("attention_")]
+    assert figures == ["attention_luong_general.png"]
+    note = next(line for line in readme.splitlines() if line.startswith("Each row is one sentence"))
+    assert "additive_attention (document 000 trains nothing)" in note
+    assert "; luong_dot (no run with its checkpoint has been recorded)" in note and " luong_general (" not in note
+
+
+def test_the_curves_mark_the_figure_each_document_reports():
+    from shared.tools.report.figures import _reported_loss
+
+    summary = {"document": "002", "model": "bahdanau_bigru"}
+    assert _reported_loss(summary) == (pytest.approx(math.log(25.6)), "document 002: test perplexity 25.6 (loss 3.24)")
+    assert _reported_loss({"document": "003", "model": "luong_general"}) == (2.63, "document 003: test loss 2.63")
+    assert _reported_loss({"document": "003", "model": "luong_dot"}) is None  # the document reports luong_general's
+    assert _reported_loss({"document": "004", "model": "tf_tutorial"}) is None

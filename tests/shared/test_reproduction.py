@@ -65,7 +65,7 @@ def test_runs_in_both_stacks_get_their_curve_difference_and_the_page_renders(tmp
 
 def test_keras_trained_on_jax_is_named_so_in_the_file_and_the_table(tmp_path):
     run_dir = _fake_run(tmp_path / "run", stacks=("tf",), backend="jax")
-    path = reproduction.write_summary(run_dir, "tf", tmp_path / "results")
+    [path] = reproduction.write_summary(run_dir, "tf", tmp_path / "results")
     summary = json.loads(path.read_text())
     assert path.name == "run-tf-jax-cpu.json" and summary["backend"] == "jax"
     assert "| reverse_rnn (run) | 001 | tf-jax | cpu |" in reproduction.table([summary])[-1]

@@ -1,5 +1,5 @@
-"""The report's figures (matplotlib, deterministic PNG bytes): loss curves, speed bars, cost against
-sequence length, attention maps."""
+"""The report's figures (matplotlib, deterministic PNG bytes): equality loss curves, speed bars, cost against
+sequence length, trained models' attention, the real runs' training curves."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from shared import catalogue, documents
 from shared.io.atomic import write_atomic
 from shared.tools.report.printing import ordered, setting
 from shared.tools.report.schema import LABELS, MODES, STACKS, Inputs
@@ -19,11 +20,12 @@ from shared.train import plots
 
 @dataclass
 class ReportFigure:
-    """One figure of the README: its files (empty: skipped, for `skipped`)."""
+    """One figure of the README: its files (empty: skipped, for `skipped`) and a note printed under its title."""
 
     title: str
     files: list[str]
     skipped: str
+    note: str = ""
 
 
 def write_figures(inputs: Inputs, context: dict | None, folder: Path) -> list[ReportFigure]:
@@ -45,12 +47,16 @@ def write_figures(inputs: Inputs, context: dict | None, folder: Path) -> list[Re
             _seq_len_lines(rows, folder),
             "no successful train-step row in a seq_len sweep",
         ),
+        _trained_attention(inputs.attention, folder),
         ReportFigure(
-            "Attention maps, torch | Keras | difference",
-            _attention_maps(equality.get("attention", []), folder),
-            "no attention maps in the equality file",
+            "Training and validation loss of the real runs",
+            _training_curves(inputs.summaries or [], folder),
+            "no complete training run among the summaries",
         ),
     ]
+
+
+LABELS_LONG = {"torch": "torch", "tf": "Keras"}
 
 
 def _save(figure, path: Path) -> str:
@@ -133,16 +139,114 @@ def _seq_len_lines(rows, folder: Path) -> list[str]:
     return [_save(figure, folder / "cost_vs_seq_len.png")]
 
 
-def _attention_maps(entries: list[dict], folder: Path) -> list[str]:
-    """One heatmap file per model: torch, Keras and |torch - Keras| side by side (shared.train.plots)."""
-    files: list[str] = []
-    for entry in entries:
-        name = f"attention_{re.sub(r'[^A-Za-z0-9_.-]', '_', str(entry['model']))}.png"
-        if name in files:
-            continue
-        torch, tf = (np.asarray(entry[stack], dtype=np.float64) for stack in STACKS)
-        panels = [("torch", torch), ("Keras", tf), ("|torch - Keras|", np.abs(torch - tf))]
-        outputs, sources = ([f"{prefix}{i}" for i in range(n)] for prefix, n in zip("ts", torch.shape, strict=True))
-        plots.side_by_side_heatmaps(panels, sources, outputs, folder / name, title=f"{entry['model']}: attention")
-        files.append(name)
-    return files
+def _trained_attention(records: list[dict], folder: Path) -> ReportFigure:
+    """Per model, one trained run's attention on its record's sentences (a row each): the weights one stack
+    trained, run by torch and by Keras, and |torch - Keras|; the note names the models no record covers."""
+    chosen = {}
+    for record in sorted(records, key=_record_rank):
+        chosen.setdefault(record["model"], record)
+    files = [_attention_figure(record, folder) for record in chosen.values()]
+    uncovered = [name for name in catalogue.CATALOGUE if catalogue.get(name).has_attention and name not in chosen]
+    note = (
+        "Each row is one sentence of the run's final split (the first ones of at most 14 tokens), decoded greedily "
+        "by the stack that trained the weights; torch and Keras then run those weights on that output "
+        "(shared/train/attention_samples.py)."
+    )
+    if uncovered:
+        note += " No trained attention for: " + "; ".join(f"{name} ({_why_untrained(name)})" for name in uncovered) + "."
+    return ReportFigure(
+        "Attention of trained models, torch | Keras | difference", files, "no attention record of a trained run", note
+    )
+
+
+def _record_rank(record: dict) -> tuple:
+    """Which record of a model the report draws: the run named after the model, then the longest, then by stack."""
+    return record["model"], record["run"] != record["model"], -record["steps"], STACKS.index(record["trained_in"])
+
+
+def _why_untrained(name: str) -> str:
+    spec = catalogue.get(name)
+    if documents.get(spec.document).training is None:
+        return f"document {spec.document} trains nothing"
+    return "no run with its checkpoint has been recorded"
+
+
+def _attention_figure(record: dict, folder: Path) -> str:
+    """The record's sentences as rows of torch | Keras | |torch - Keras| heatmaps, tokens on the axes."""
+    rows = []
+    for sentence in record["sentences"]:
+        arrays = {stack: np.asarray(sentence["attention"][stack], dtype=np.float64) for stack in record["stacks"]}
+        panels = [(LABELS_LONG[stack], array) for stack, array in arrays.items()]
+        if len(arrays) == 2:
+            panels.append(("|torch - Keras|", np.abs(arrays["torch"] - arrays["tf"])))
+        caption = f"{record['split']} sentence {sentence['index']}"
+        rows.append(plots.HeatmapRow(panels, sentence["source"], sentence["output"], caption))
+    trained = LABELS_LONG[record["trained_in"]]
+    title = (
+        f"{record['model']} (document {record['document']}): trained in {trained}, {record['steps']} steps (run {record['run']})"
+    )
+    name = f"attention_{re.sub(r'[^A-Za-z0-9_.-]', '_', str(record['model']))}.png"
+    plots.heatmap_rows(rows, folder / name, title=title)
+    return name
+
+
+def _training_curves(summaries: list[dict], folder: Path) -> list[str]:
+    """One panel per complete run: each stack's training loss (window means) and validation loss per epoch on
+    one axis, with the figure its document reports and ours measured the document's way."""
+    runs = {}
+    for summary in summaries:
+        if summary.get("complete") and summary.get("loss_curve"):
+            runs.setdefault(summary.get("run", summary["model"]), []).append(summary)
+    if not runs:
+        return []
+    columns = min(3, len(runs))
+    figure = plots.blank_figure(4.6 * columns, 3.6 * math.ceil(len(runs) / columns))
+    grid = figure.subplots(math.ceil(len(runs) / columns), columns, squeeze=False)
+    for axes, (run, group) in zip(grid.flat, runs.items(), strict=False):
+        _curve_axes(axes, run, group)
+    for axes in list(grid.flat)[len(runs) :]:
+        axes.set_axis_off()
+    return [_save(figure, folder / "training_curves.png")]
+
+
+def _curve_axes(axes, run: str, group: list[dict]) -> None:
+    """One run's curves: per summary, its training loss line and its validation markers; the document's figure."""
+    group = sorted(group, key=lambda summary: (STACKS.index(summary["stack"]), summary["device"]))  # torch first, blue
+    for index, summary in enumerate(group):
+        backend = summary.get("backend") if summary.get("backend") not in (None, "tensorflow") else None
+        label = f"{LABELS_LONG[summary['stack']]}{f' on {backend}' if backend else ''} {summary['device'].split(' ')[0]}"
+        colour, curve = f"C{index}", summary["loss_curve"]
+        axes.plot(curve["step"], curve["loss"], color=colour, linewidth=0.9, label=f"{label} train")
+        val = [(entry["step"], entry["loss"]) for entry in summary.get("val_by_epoch") or []]
+        if val:
+            axes.plot(*zip(*val, strict=True), "o", color=colour, markersize=3, label=f"{label} val")
+        ours = (summary.get("final") or {}).get("document_loss")
+        if ours is not None:
+            axes.plot(
+                [summary["steps"]], [ours], "*", color=colour, markersize=9, label=f"{label} test, as the document measured"
+            )
+    reported = _reported_loss(group[0])
+    if reported is not None:
+        value, text = reported
+        axes.axhline(value, color="black", linestyle=":", linewidth=1, label=text)
+    axes.set_yscale("log")
+    axes.set_title(f"{group[0]['model']} ({run})" if run != group[0]["model"] else run, fontsize="medium")
+    axes.set_xlabel("step")
+    axes.set_ylabel("loss")
+    axes.legend(fontsize="xx-small")
+
+
+def _reported_loss(summary: dict) -> tuple[float, str] | None:
+    """The document's reported test loss for the summary's model (from its perplexity where it gives only that)."""
+    reported = documents.get(summary["document"]).reported
+    if reported is None or reported.model != summary["model"]:
+        return None
+    figures = reported.figures
+    if "test loss" in figures:
+        return figures["test loss"], f"document {summary['document']}: test loss {figures['test loss']}"
+    if "test perplexity" in figures:
+        perplexity = figures["test perplexity"]
+        return math.log(
+            perplexity
+        ), f"document {summary['document']}: test perplexity {perplexity} (loss {math.log(perplexity):.2f})"
+    return None

@@ -18,6 +18,7 @@ from shared.tools.report.schema import (
     INTEGER_FIELDS,
     MODES,
     NUMBER_FIELDS,
+    RECORD_FIELDS,
     ROW_FIELDS,
     RUN_KEY,
     SIZES,
@@ -25,6 +26,7 @@ from shared.tools.report.schema import (
     SUMMARY_FIELDS,
     Inputs,
 )
+from shared.train import attention_samples
 
 
 def read_inputs(results_dir, equality_path=None, training_dir=None, backend_paths=()) -> Inputs:
@@ -36,7 +38,8 @@ def read_inputs(results_dir, equality_path=None, training_dir=None, backend_path
     name = Path(equality_path).name if equality_path is not None else ""
     measured = [equality, *(load_equality(path, missing) for path in backend_paths)]
     backends = {found["backend"]: found for found in measured if found is not None}
-    return Inputs(rows, environments, equality, name, summaries, missing, backends)
+    records = load_records(training_dir, missing)
+    return Inputs(rows, environments, equality, name, summaries, missing, backends, records)
 
 
 def _read_json(path: Path) -> tuple[object, str | None]:
@@ -253,4 +256,36 @@ def _summary_problem(data) -> str | None:
         return "model, stack and dataset must be text, steps a number"
     if not isinstance(data.get("final") or {}, dict):
         return "final is not a JSON object"
+    return None
+
+
+def load_records(training_dir, missing: list[str]) -> list[dict]:
+    """The attention records in `training_dir/attention/` (shared.train.attention_samples), sorted by file name."""
+    folder = Path(training_dir) / attention_samples.RECORDS_DIR if training_dir is not None else None
+    records = []
+    for path in sorted(folder.glob("*.json")) if folder is not None and folder.is_dir() else []:
+        data, reason = _read_json(path)
+        reason = reason or _record_problem(data)
+        if reason:
+            missing.append(f"attention record {path.name}: {reason}")
+        else:
+            records.append(data)
+    return records
+
+
+def _record_problem(data) -> str | None:
+    """Why a parsed attention record cannot be drawn, or None."""
+    if not isinstance(data, dict) or data.get("format") != attention_samples.FORMAT:
+        return f"not an attention record (format {attention_samples.FORMAT})"
+    absent = [name for name in RECORD_FIELDS if data.get(name) is None]
+    if absent:
+        return f"missing field(s) {', '.join(absent)}"
+    for number, sentence in enumerate(data["sentences"]):
+        try:
+            shapes = {np.asarray(sentence["attention"][stack], dtype=np.float64).shape for stack in data["stacks"]}
+            expected = (len(sentence["output"]), len(sentence["source"]))
+        except (KeyError, TypeError, ValueError) as error:
+            return f"sentence {number} is malformed ({error!r})"
+        if shapes != {expected}:
+            return f"sentence {number}: attention {sorted(shapes)}, but {expected[0]} output and {expected[1]} source tokens"
     return None

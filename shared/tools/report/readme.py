@@ -188,6 +188,7 @@ def _figures_section(figures: list[ReportFigure]) -> list[str]:
     lines = ["## Figures", ""]
     for figure in figures:
         lines += [f"### {figure.title}", ""]
+        lines += [figure.note, ""] if figure.note else []
         lines += [f"![{figure.title}](figures/{name})" for name in figure.files] or [f"Skipped: {figure.skipped}."]
         lines.append("")
     return lines

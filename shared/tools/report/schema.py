@@ -56,6 +56,7 @@ EQUALITY_FIELDS = {
     "attention": ("model", "torch", "tf"),
 }
 SUMMARY_FIELDS = ("model", "stack", "dataset", "steps")
+RECORD_FIELDS = ("run", "model", "document", "trained_in", "steps", "split", "stacks", "sentences")
 BACKENDS = dict(zip(catalogue.KERAS_BACKENDS, ("Keras on TensorFlow", "Keras on JAX", "Keras on torch"), strict=True))
 NO_RESULTS = "No benchmark results: no readable result file was found."
 NO_GPU = "No GPU results: no run on a machine with a GPU has been recorded."
@@ -134,3 +135,4 @@ class Inputs:
     summaries: list[dict] | None
     missing: list[str]
     backends: dict = field(default_factory=dict)  # Keras backend -> its equality measurements (TensorFlow's too)
+    attention: list[dict] = field(default_factory=list)  # trained runs' attention records (shared.train.attention_samples)
