@@ -71,18 +71,25 @@ def _curve(steps: list[dict]) -> dict:
 
 
 def write_summary(run_dir, stack: str, results_dir) -> list[Path]:
-    """Write the summary as `<results_dir>/<run folder>-<stack>-<cpu|gpu>.json` and, where the run still holds
-    the stack's checkpoint of a model with decoder attention, its attention record under the same name in
-    `<results_dir>/attention/` (shared.train.attention_samples), both atomically; the paths written."""
+    """Write the summary as `<results_dir>/<run folder>-<stack>-<cpu|gpu>.json` and, for a model with decoder
+    attention, its attention record under the same name in `<results_dir>/attention/`, both atomically; the paths
+    written. The record: made afresh with every installed stack where the run still holds the stack's checkpoint,
+    else the one the run wrote when it finished (this stack's attention only)."""
     summary = summarize(run_dir, stack)
     device = "gpu" if summary["device"].startswith(("cuda", "gpu")) else "cpu"
     name = f"{summary['run']}-{catalogue.stack_label(stack, summary['backend'])}-{device}.json"
     written = [Path(results_dir) / name]
     written[0].parent.mkdir(parents=True, exist_ok=True)
     write_atomic(written[0], (json.dumps(summary, indent=1) + "\n").encode())
-    spec = catalogue.get(summary["model"])
-    if (Path(run_dir) / stack / runs.CHECKPOINT).is_file() and spec.interface == "seq2seq" and spec.has_attention:
-        written.append(attention_samples.write_record(run_dir, stack, Path(results_dir) / attention_samples.RECORDS_DIR / name))
+    record, saved = Path(results_dir) / attention_samples.RECORDS_DIR / name, Path(run_dir) / stack / runs.ATTENTION_FILE
+    if not attention_samples.has_decoder_attention(summary["model"]):
+        return written
+    if (Path(run_dir) / stack / runs.CHECKPOINT).is_file():
+        written.append(attention_samples.write_record(run_dir, stack, record))
+    elif saved.is_file():
+        record.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(record, saved.read_bytes())
+        written.append(record)
     return written
 
 

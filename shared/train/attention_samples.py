@@ -35,6 +35,12 @@ RECORDS_DIR = "attention"  # the records' folder inside a summaries folder
 FRAMEWORKS = {"torch": "torch", "tf": "keras"}  # the module each stack needs
 
 
+def has_decoder_attention(model: str) -> bool:
+    """Whether the catalogue model decodes tokens with attention (what a record needs)."""
+    spec = catalogue.get(model)
+    return spec.interface == "seq2seq" and spec.has_attention
+
+
 def installed_stacks() -> list[str]:
     """The stacks whose framework is importable here, torch first."""
     return [name for name in stacks.STACKS if importlib.util.find_spec(FRAMEWORKS[name]) is not None]
@@ -69,8 +75,7 @@ def record(run_dir, trained_in: str, with_stacks: list[str] | None = None) -> di
             f"install {FRAMEWORKS[trained_in]}"
         )
     stack, model, run, corpus = runs.load_trained(run_dir, trained_in)
-    spec = catalogue.get(run.model)
-    if spec.interface != "seq2seq" or not spec.has_attention:
+    if not has_decoder_attention(run.model):
         raise ValueError(f"model {run.model!r} has no decoder attention to record")
     split = runs.final_split(corpus)
     indices = pick_sentences(corpus, split)
@@ -86,7 +91,7 @@ def record(run_dir, trained_in: str, with_stacks: list[str] | None = None) -> di
         for number, (index, src, tokens) in enumerate(zip(indices, sources, outputs, strict=True))
     ]  # fmt: skip
     return {
-        "format": FORMAT, "run": run_dir.resolve().name, "model": run.model, "document": spec.document,
+        "format": FORMAT, "run": run_dir.resolve().name, "model": run.model, "document": catalogue.get(run.model).document,
         "trained_in": trained_in, "steps": _steps(run_dir, trained_in), "split": split, "stacks": list(attention),
         "sentences": sentences,
     }  # fmt: skip
@@ -112,11 +117,11 @@ def _shortest(array: np.ndarray) -> list[list[float]]:
     return [[float(str(value)) for value in row] for row in np.asarray(array, dtype=np.float32)]
 
 
-def write_record(run_dir, trained_in: str, path) -> Path:
+def write_record(run_dir, trained_in: str, path, with_stacks: list[str] | None = None) -> Path:
     """Write the attention record of `run_dir`'s `trained_in` weights to `path` (atomically); its path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, (json.dumps(record(run_dir, trained_in)) + "\n").encode())
+    write_atomic(path, (json.dumps(record(run_dir, trained_in, with_stacks)) + "\n").encode())
     return path
 
 

@@ -27,7 +27,7 @@ from shared.data import corpora
 from shared.io import atomic, safetensors_io
 from shared.io.atomic import write_atomic
 from shared.specs import RunConfig
-from shared.train import runs
+from shared.train import attention_samples, runs
 from shared.train.evaluation import evaluate
 
 STACKS = stacks.STACKS  # import order: torch first
@@ -60,7 +60,7 @@ def train(run_dir, stack_name: str, force: bool = False, progress: bool = True, 
     trainer = train_module.Trainer(model, run.model, run.spec)
     start = _resume(stack, train_module, trainer, out) if resume else _Start()
     if not resume:
-        for stale in (runs.LOSS_LOG, runs.EVAL_LOG, runs.EVAL_FILE):
+        for stale in (runs.LOSS_LOG, runs.EVAL_LOG, runs.EVAL_FILE, runs.ATTENTION_FILE):
             (out / stale).unlink(missing_ok=True)
     started = time.perf_counter()
     steps = _loop(run, stack, model, trainer, corpus, out, progress, start)
@@ -68,6 +68,8 @@ def train(run_dir, stack_name: str, force: bool = False, progress: bool = True, 
     result = evaluate(stack, model, run, corpus, runs.final_split(corpus), limit=run.test_batches)
     result.update(stack=stack_name, backend=train_module.backend(), device=device, steps=steps, train_seconds=seconds)
     write_atomic(out / runs.EVAL_FILE, (json.dumps(result, indent=2) + "\n").encode())
+    if attention_samples.has_decoder_attention(run.model):
+        attention_samples.write_record(run_dir, stack_name, out / runs.ATTENTION_FILE, with_stacks=[stack_name])
     return result
 
 

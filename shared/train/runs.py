@@ -10,6 +10,8 @@ starts, `initial.safetensors` (both stacks start from those weights). Each stack
     <stack>/loss.jsonl               one JSON line per step: step, epoch, loss, grad_norm, seconds
     <stack>/evals.jsonl              one line per epoch: the validation metrics
     <stack>/eval.json                the final metrics on the test split
+    <stack>/attention.json           the trained weights' attention on a few test sentences, run by this stack
+                                     (shared.train.attention_samples: the report's figure when the checkpoint is gone)
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from shared.specs import RunConfig
 
 RUN_FILE, INITIAL_FILE, CORPUS_DIR = "run.json", "initial.safetensors", "corpus"
 CHECKPOINT, LOSS_LOG, EVAL_LOG, EVAL_FILE = "checkpoint.safetensors", "loss.jsonl", "evals.jsonl", "eval.json"
+ATTENTION_FILE = "attention.json"
 
 
 class RunError(ValueError):

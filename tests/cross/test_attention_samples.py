@@ -34,11 +34,19 @@ def test_reproduction_writes_the_record_of_both_stacks_beside_the_summary(tmp_pa
     assert path.read_bytes() == first
 
 
-def test_a_summary_without_a_checkpoint_has_no_record(tmp_path):
+def test_a_run_whose_checkpoint_is_gone_gives_the_record_it_wrote_when_it_finished(tmp_path):
     run_dir = tmp_path / "reverse"
     runs.create_run(run_dir, "reverse_luong_dot", corpus_options=REVERSE_DATA, batch_size=16, epochs=1, max_steps=1)
     runner.train(run_dir, "torch", progress=False)
     (run_dir / "torch" / runs.CHECKPOINT).unlink()  # a finished run whose checkpoint was deleted to save room
-    assert [path.name for path in reproduction.write_summary(run_dir, "torch", tmp_path / "results")] == [
-        "reverse-torch-cpu.json"
-    ]
+    summary, path = reproduction.write_summary(run_dir, "torch", tmp_path / "results")
+    assert path.read_bytes() == (run_dir / "torch" / runs.ATTENTION_FILE).read_bytes()
+    assert json.loads(path.read_text())["stacks"] == ["torch"]  # the run's own stack only
+
+
+def test_a_model_without_attention_has_no_record(tmp_path):
+    run_dir = tmp_path / "reverse"
+    runs.create_run(run_dir, "reverse_rnn", corpus_options=REVERSE_DATA, batch_size=16, epochs=1, max_steps=1)
+    runner.train(run_dir, "tf", progress=False)
+    assert not (run_dir / "tf" / runs.ATTENTION_FILE).exists()
+    assert [path.name for path in reproduction.write_summary(run_dir, "tf", tmp_path / "results")] == ["reverse-tf-cpu.json"]

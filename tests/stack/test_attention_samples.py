@@ -5,6 +5,8 @@ its sentences' tokens and one distribution per output token.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -58,6 +60,7 @@ def test_a_runs_record_holds_its_sentences_and_their_attention(stack, tmp_path):
     runs.create_run(tmp_path, "reverse_bahdanau", overrides=SMALL, corpus_options=REVERSE_DATA, batch_size=16, epochs=1)
     runner.train(tmp_path, name, progress=False)
     record = attention_samples.record(tmp_path, name, with_stacks=[name])
+    assert json.loads((tmp_path / name / runs.ATTENTION_FILE).read_text()) == record  # the run wrote it when it finished
     assert record["stacks"] == [name] and record["steps"] == 3 and record["split"] == "test"
     assert [sentence["index"] for sentence in record["sentences"]] == [0, 1]
     _, _, _, corpus = runs.load_trained(tmp_path, name)
