@@ -80,7 +80,7 @@ def record(run_dir, trained_in: str, with_stacks: list[str] | None = None) -> di
     split = runs.final_split(corpus)
     indices = pick_sentences(corpus, split)
     sources = [corpus.splits[split][0][index].astype(np.int64)[None] for index in indices]  # [1, S] each
-    outputs = [evaluation.decode(stack, model, run, corpus, src)[0] for src in sources]  # [L] each
+    outputs = [ids for ids, _ in evaluation.decode(stack, model, run, corpus, *_one_batch(corpus, sources))]  # [L] each
     attention = {
         name: _attention_in(name, run_dir, trained_in, sources, outputs, corpus.sos_id)
         for name in with_stacks or installed_stacks()
@@ -95,6 +95,15 @@ def record(run_dir, trained_in: str, with_stacks: list[str] | None = None) -> di
         "trained_in": trained_in, "steps": _steps(run_dir, trained_in), "split": split, "stacks": list(attention),
         "sentences": sentences,
     }  # fmt: skip
+
+
+def _one_batch(corpus, sources: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The sources `[1, S_i]` as one padded batch `[N, S]` and their lengths `[N]` (one decoding for all)."""
+    lengths = np.array([src.shape[1] for src in sources])
+    batch = np.full((len(sources), lengths.max()), corpus.pad_id, dtype=np.int64)  # [N, S]
+    for row, src in enumerate(sources):
+        batch[row, : src.shape[1]] = src[0]
+    return batch, lengths
 
 
 def _attention_in(name: str, run_dir: Path, trained_in: str, sources, outputs, sos_id: int) -> list:

@@ -120,18 +120,22 @@ def encode_sentence(corpus: corpora.Corpus, sentence: str) -> tuple[np.ndarray, 
     return np.array([ids], dtype=np.int64), tokens
 
 
-def decode(stack, model, run: RunConfig, corpus: corpora.Corpus, src: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-    """Greedy decoding of one source `[1, S]`: the output ids `[L]` (documents 002-004: up to and including
-    `<eos>`; the reverse task: one per source token) and their attention `[L, S]` (None without attention)."""
-    if catalogue.get(run.model).variable_length:
-        decoded = stack.greedy(model, run.model, {"src": src, "src_len": np.array([src.shape[1]])}, max_len=run.max_len)
-        tokens, attention = decoded["tokens"][0], decoded["attention"][0]  # [L], [L, S]
+def decode(stack, model, run: RunConfig, corpus: corpora.Corpus, src: np.ndarray, src_len=None) -> list[tuple]:
+    """Greedy decoding of a batch of sources `[N, S]` (`src_len [N]` where padded), one `(ids [L], attention
+    [L, S] or None)` per row: documents 002-004 up to and including `<eos>`, the reverse task one output token
+    per source token (its sources have one length)."""
+    spec = catalogue.get(run.model)
+    if spec.variable_length:
+        lengths = np.full(len(src), src.shape[1]) if src_len is None else src_len
+        decoded = stack.greedy(model, run.model, {"src": src, "src_len": lengths}, max_len=run.max_len)
+        tokens, attention = decoded["tokens"], decoded["attention"]  # [N, L], [N, L, S]
     else:
         tokens, attention = rerun_greedy(stack, model, run.model, src, src.shape[1], corpus.sos_id)
-        tokens, attention = tokens[0], None if attention is None else attention[0]
-    ends = catalogue.get(run.model).variable_length and corpus.eos_id in tokens
-    length = list(tokens).index(corpus.eos_id) + 1 if ends else len(tokens)
-    return tokens[:length], None if attention is None else attention[:length]
+    rows = []
+    for row, ids in enumerate(tokens):
+        length = list(ids).index(corpus.eos_id) + 1 if spec.variable_length and corpus.eos_id in ids else len(ids)
+        rows.append((ids[:length], None if attention is None else attention[row, :length]))
+    return rows
 
 
 def translate(run_dir, stack_name: str, sentence: str, heatmap=None) -> dict:
@@ -148,7 +152,7 @@ def translate(run_dir, stack_name: str, sentence: str, heatmap=None) -> dict:
             f"{len(source_tokens)} tokens: {run.model} decodes one output token per input token by re-running its "
             f"decoder (quadratic in the length), so at most {run.max_len} (the run's max_len)"
         )
-    tokens, attention = decode(stack, model, run, corpus, src)
+    [(tokens, attention)] = decode(stack, model, run, corpus, src)
     output_tokens = corpus.tgt_vocab.decode(tokens)
     result = {"source": source_tokens, "output": output_tokens, "attention": attention}
     if heatmap is not None:
