@@ -7,6 +7,7 @@ before TensorFlow, and TF32 is turned off, as Keras's own torch-interop tests do
 from __future__ import annotations
 
 import importlib
+import json
 import os
 
 import pytest
@@ -87,6 +88,19 @@ def keras2(tmp_path_factory):
 
 
 MAXIMA: dict[tuple[str, str], dict[str, float]] = {}  # (model, dtype) -> max |torch - tf| per quantity
+
+
+def pytest_sessionfinish(session):
+    """A pytest-xdist worker hands its maxima to the controller, which prints the table."""
+    if hasattr(session.config, "workeroutput"):
+        session.config.workeroutput["maxima"] = json.dumps([[list(key), value] for key, value in MAXIMA.items()])
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """pytest-xdist's controller: gather a finished worker's maxima."""
+    for key, value in json.loads(getattr(node, "workeroutput", {}).get("maxima", "[]")):
+        MAXIMA[tuple(key)] = value
 
 
 def pytest_terminal_summary(terminalreporter):
