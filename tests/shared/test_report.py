@@ -124,6 +124,8 @@ def _pick(table, **where):
 
 
 def test_the_report_comes_out_with_its_sections_csvs_and_figures(tmp_path, inputs):
+    (tmp_path / "report" / "figures").mkdir(parents=True)
+    (tmp_path / "report" / "figures" / "attention_tf_tutorial.png").write_bytes(b"a figure of an older report")
     result, readme = _report(tmp_path, inputs)
     headings = [line for line in readme.splitlines() if line.startswith("## ")]
     assert headings == ["## Headline", "## Equality", "## Loss", "## Speed", "## Scaling", "## Figures"]

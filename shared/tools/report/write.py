@@ -13,7 +13,8 @@ from shared.tools.report.tables import build_tables, models_table
 
 
 def write_report(results_dir, output_dir, *, equality_path=None, training_dir=None, backend_paths=()) -> dict:
-    """Write the comparison report to `output_dir` (README.md, csv/<table>.csv, figures/*.png).
+    """Write the comparison report to `output_dir` (README.md, csv/<table>.csv, figures/*.png; a PNG in figures/
+    that this report does not draw is removed).
 
     Args:
         results_dir: the folder of benchmark result files (`**/*.json`); it may be missing.
@@ -31,6 +32,10 @@ def write_report(results_dir, output_dir, *, equality_path=None, training_dir=No
     inputs = read_inputs(results_dir, equality_path, training_dir, backend_paths)
     tables, context = build_tables(inputs)
     figures = write_figures(inputs, context, output / "figures")
+    drawn = {name for figure in figures for name in figure.files}
+    for stale in (output / "figures").glob("*.png"):  # a figure no longer drawn (a model's data gone) must not linger
+        if stale.name not in drawn:
+            stale.unlink()
     for name, table in tables.numeric.items():
         text = table.to_csv(index=False, float_format="%.6g", lineterminator="\n")
         write_atomic(output / "csv" / f"{name}.csv", text.encode())
