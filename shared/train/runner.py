@@ -67,9 +67,9 @@ def train(run_dir, stack_name: str, force: bool = False, progress: bool = True, 
     seconds = time.perf_counter() - started
     result = evaluate(stack, model, run, corpus, runs.final_split(corpus), limit=run.test_batches)
     result.update(stack=stack_name, backend=train_module.backend(), device=device, steps=steps, train_seconds=seconds)
-    write_atomic(out / runs.EVAL_FILE, (json.dumps(result, indent=2) + "\n").encode())
-    if attention_samples.has_decoder_attention(run.model):
+    if attention_samples.has_decoder_attention(run.model):  # before eval.json, which marks the stack finished
         attention_samples.write_record(run_dir, stack_name, out / runs.ATTENTION_FILE, with_stacks=[stack_name])
+    write_atomic(out / runs.EVAL_FILE, (json.dumps(result, indent=2) + "\n").encode())
     return result
 
 
