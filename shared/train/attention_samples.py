@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from shared import catalogue, stacks
+from shared.data import corpora
 from shared.io.atomic import write_atomic
 from shared.train import evaluation, runs
 
@@ -79,11 +80,20 @@ def record(run_dir, trained_in: str, with_stacks: list[str] | None = None) -> di
         raise ValueError(f"model {run.model!r} has no decoder attention to record")
     split = runs.final_split(corpus)
     indices = pick_sentences(corpus, split)
-    sources = [corpus.splits[split][0][index].astype(np.int64)[None] for index in indices]  # [1, S] each
-    outputs = [ids for ids, _ in evaluation.decode(stack, model, run, corpus, *_one_batch(corpus, sources))]  # [L] each
+    sources, targets = ([side[index] for index in indices] for side in corpus.splits[split])
+    batch = corpora.batches(sources, targets, len(indices), pad_id=corpus.pad_id)[0]  # data order: src [N, S], src_len [N]
+    outputs = [ids for ids, _ in evaluation.decode(stack, model, run, corpus, batch["src"], batch["src_len"])]  # [L] each
+    sources = [source.astype(np.int64)[None] for source in sources]  # [1, S] each
+    models = {  # the trained stack's model, already loaded, serves its own attention too
+        name: (stack, model) if name == trained_in else runs.load_trained(run_dir, trained_in, into=name)[:2]
+        for name in with_stacks
+    }
     attention = {
-        name: _attention_in(name, run_dir, trained_in, sources, outputs, corpus.sos_id)
-        for name in with_stacks or installed_stacks()
+        name: [
+            _shortest(forced_attention(*models[name], run.model, src, ids, corpus.sos_id))
+            for src, ids in zip(sources, outputs, strict=True)
+        ]
+        for name in with_stacks
     }
     sentences = [
         {"index": index, "source": corpus.src_vocab.decode(src[0]), "output": corpus.tgt_vocab.decode(tokens),
@@ -95,24 +105,6 @@ def record(run_dir, trained_in: str, with_stacks: list[str] | None = None) -> di
         "trained_in": trained_in, "steps": _steps(run_dir, trained_in), "split": split, "stacks": list(attention),
         "sentences": sentences,
     }  # fmt: skip
-
-
-def _one_batch(corpus, sources: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """The sources `[1, S_i]` as one padded batch `[N, S]` and their lengths `[N]` (one decoding for all)."""
-    lengths = np.array([src.shape[1] for src in sources])
-    batch = np.full((len(sources), lengths.max()), corpus.pad_id, dtype=np.int64)  # [N, S]
-    for row, src in enumerate(sources):
-        batch[row, : src.shape[1]] = src[0]
-    return batch, lengths
-
-
-def _attention_in(name: str, run_dir: Path, trained_in: str, sources, outputs, sos_id: int) -> list:
-    """Per sentence, the attention the stack `name` computes with the weights `trained_in` trained."""
-    stack, model, run, _ = runs.load_trained(run_dir, trained_in, into=name)
-    return [
-        _shortest(forced_attention(stack, model, run.model, src, tokens, sos_id))
-        for src, tokens in zip(sources, outputs, strict=True)
-    ]
 
 
 def _steps(run_dir: Path, stack: str) -> int:
@@ -132,9 +124,3 @@ def write_record(run_dir, trained_in: str, path, with_stacks: list[str] | None =
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, (json.dumps(record(run_dir, trained_in, with_stacks)) + "\n").encode())
     return path
-
-
-def load_records(folder) -> list[dict]:
-    """Every attention record in `folder` (sorted by file name); a missing folder holds none."""
-    folder = Path(folder)
-    return [json.loads(path.read_text()) for path in sorted(folder.glob("*.json"))] if folder.is_dir() else []
