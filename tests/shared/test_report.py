@@ -333,3 +333,12 @@ def test_the_curves_mark_the_figure_each_document_reports():
     assert _reported_loss({"document": "003", "model": "luong_general"}) == (2.63, "document 003: test loss 2.63")
     assert _reported_loss({"document": "003", "model": "luong_dot"}) is None  # the document reports luong_general's
     assert _reported_loss({"document": "004", "model": "tf_tutorial"}) is None
+
+
+def test_a_curve_names_a_backend_only_where_it_is_not_the_stacks_own():
+    from shared.tools.report.figures import run_label
+
+    assert run_label({"stack": "torch", "backend": "torch", "device": "cpu"}) == "torch cpu"  # not "torch on torch"
+    assert run_label({"stack": "tf", "backend": "tensorflow", "device": "cuda (NVIDIA H100)"}) == "Keras cuda"
+    assert run_label({"stack": "tf", "backend": "jax", "device": "cpu"}) == "Keras on jax cpu"
+    assert run_label({"stack": "torch", "device": "cpu"}) == "torch cpu"  # summaries before the backend was recorded

@@ -57,6 +57,7 @@ def write_figures(inputs: Inputs, context: dict | None, folder: Path) -> list[Re
 
 
 LABELS_LONG = {"torch": "torch", "tf": "Keras"}
+OWN_BACKEND = {"torch": "torch", "tf": "tensorflow"}  # a run on another backend says so in its label
 
 
 def _save(figure, path: Path) -> str:
@@ -209,12 +210,18 @@ def _training_curves(summaries: list[dict], folder: Path) -> list[str]:
     return [_save(figure, folder / "training_curves.png")]
 
 
+def run_label(summary: dict) -> str:
+    """"torch cpu", "Keras cuda", "Keras on jax cuda": the stack, its backend where not the stack's own, the device."""
+    backend = summary.get("backend")
+    on_backend = f" on {backend}" if backend not in (None, OWN_BACKEND[summary["stack"]]) else ""
+    return f"{LABELS_LONG[summary['stack']]}{on_backend} {summary['device'].split(' ')[0]}"
+
+
 def _curve_axes(axes, run: str, group: list[dict]) -> None:
     """One run's curves: per summary, its training loss line and its validation markers; the document's figure."""
     group = sorted(group, key=lambda summary: (STACKS.index(summary["stack"]), summary["device"]))  # torch first, blue
     for index, summary in enumerate(group):
-        backend = summary.get("backend") if summary.get("backend") not in (None, "tensorflow") else None
-        label = f"{LABELS_LONG[summary['stack']]}{f' on {backend}' if backend else ''} {summary['device'].split(' ')[0]}"
+        label = run_label(summary)
         colour, curve = f"C{index}", summary["loss_curve"]
         axes.plot(curve["step"], curve["loss"], color=colour, linewidth=0.9, label=f"{label} train")
         val = [(entry["step"], entry["loss"]) for entry in summary.get("val_by_epoch") or []]
