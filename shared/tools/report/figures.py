@@ -211,7 +211,7 @@ def _training_curves(summaries: list[dict], folder: Path) -> list[str]:
 
 
 def run_label(summary: dict) -> str:
-    """"torch cpu", "Keras cuda", "Keras on jax cuda": the stack, its backend where not the stack's own, the device."""
+    """A run's legend label ("torch cpu", "Keras cuda", "Keras on jax cuda"): stack, backend if not its own, device."""
     backend = summary.get("backend")
     on_backend = f" on {backend}" if backend not in (None, OWN_BACKEND[summary["stack"]]) else ""
     return f"{LABELS_LONG[summary['stack']]}{on_backend} {summary['device'].split(' ')[0]}"
