@@ -51,7 +51,9 @@ class Trainer:
         self.model, self.name, self.spec, self.mode = model, name, spec, mode
         self.loss = loss or training_loss
         self.variables = list(model.parameters())
-        self.optimizer = torch.optim.Adam(self.variables, lr=spec.lr, betas=spec.betas, eps=spec.eps)
+        # fused: one kernel per parameter for the whole update (for-each-op Adam: ~10 passes over every weight);
+        # 0.9 -> 0.4 ms a step on document 001's models, 30 -> 13 ms on document 003's (1 CPU thread)
+        self.optimizer = torch.optim.Adam(self.variables, lr=spec.lr, betas=spec.betas, eps=spec.eps, fused=True)
         self.grad_norms: list[float] = []
         self._update = self._update_step
         self._forward = torch.compile(self._forward_loss) if mode == "compile" else self._forward_loss
@@ -159,8 +161,21 @@ def load_adam_state(model: torch.nn.Module, optimizer: torch.optim.Adam, state: 
     """Set `optimizer`'s moments and step counter from a canonical state (strict on keys and shapes)."""
     step = _check_moments(model, state)
     for key, param in model.named_parameters():
-        moments = {name: torch.as_tensor(np.asarray(state[name][key])).to(param) for name in MOMENTS}  # dtype, device
-        optimizer.state[param] = {"step": torch.tensor(float(step)), **moments}
+        moments = {name: adam_moment(state[name][key], param) for name in MOMENTS}
+        optimizer.state[param] = {"step": adam_step(step), **moments}
+
+
+def adam_step(step: int) -> torch.Tensor:
+    """Adam's step counter as its state holds it: a float32 scalar whatever the default dtype (the fused kernel
+    reads its counter as float32: a float64 one, as `torch.tensor` makes under float64 defaults, reads as garbage)."""
+    return torch.tensor(float(step), dtype=torch.float32)
+
+
+def adam_moment(array, param: torch.Tensor) -> torch.Tensor:
+    """A moment for Adam's state: a contiguous copy in `param`'s dtype and device. The fused kernel walks memory
+    as contiguous (a transposed view, as Keras's kernels arrive, would be read in the wrong order), and updates
+    in place (a tensor sharing the caller's array would change it)."""
+    return torch.tensor(np.ascontiguousarray(array), dtype=param.dtype, device=param.device)
 
 
 def _check_moments(model: torch.nn.Module, state: Mapping) -> int:
@@ -189,8 +204,8 @@ def write_arrays(path: str | Path, weights: Mapping[str, np.ndarray], optimizer_
         optimizer = torch.optim.Adam(parameters, **hyper)
         step = check_optimizer_state(optimizer_state)
         for key, param in zip(tensors, parameters, strict=True):
-            moments = {name: torch.as_tensor(np.asarray(optimizer_state[name][key])).to(param) for name in MOMENTS}
-            optimizer.state[param] = {"step": torch.tensor(float(step)), **moments}
+            moments = {name: adam_moment(optimizer_state[name][key], param) for name in MOMENTS}
+            optimizer.state[param] = {"step": adam_step(step), **moments}
         saved = {"model": tensors, "optimizer": optimizer.state_dict()}
     buffer = io.BytesIO()
     torch.save(saved, buffer)

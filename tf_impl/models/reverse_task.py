@@ -59,7 +59,7 @@ class ReverseTaskBase(KerasInputs, CatalogueModel, keras.Model):
         tap(ENCODER_STATE, enc_hidden)
         if self.as_written:
             return self.decode_as_written(enc_out, enc_hidden, dec_inputs)
-        return self.decode_hoisted(enc_out, enc_hidden, tap(TARGET_EMBEDDINGS, self.dec_embeddings(dec_inputs)))
+        return self.decode_hoisted(enc_out, enc_hidden, dec_inputs)
 
 
 class ReverseTaskV0(ReverseTaskBase):
@@ -74,12 +74,12 @@ class ReverseTaskV0(ReverseTaskBase):
         super().__init__(vocab_size, embedding_dim, hidden_size, decoder_input_size=embedding_dim, **kwargs)
         self.output_layer = _dense(vocab_size, "output_layer", self.dtype_policy)
 
-    def decode_hoisted(self, enc_out, enc_hidden, dec_emb):
+    def decode_hoisted(self, enc_out, enc_hidden, dec_inputs):
+        dec_emb = tap(TARGET_EMBEDDINGS, self.dec_embeddings(dec_inputs))  # [B, T, E]
         dec_out, dec_hidden = self.decoder(dec_emb, initial_state=enc_hidden)  # [B, T, H], [B, H]
         return self.output_layer(dec_out), None  # [B, T, V]
 
-    def decode_as_written(self, enc_out, enc_hidden, dec_inputs):
-        return self.decode_hoisted(enc_out, enc_hidden, tap(TARGET_EMBEDDINGS, self.dec_embeddings(dec_inputs)))
+    decode_as_written = decode_hoisted
 
 
 class BahdanauReverseTask(ReverseTaskBase):
@@ -88,15 +88,19 @@ class BahdanauReverseTask(ReverseTaskBase):
     def __init__(self, vocab_size: int, embedding_dim: int, hidden_size: int, **kwargs):
         super().__init__(vocab_size, embedding_dim, hidden_size, embedding_dim + hidden_size, **kwargs)
 
-    def decode_hoisted(self, enc_out, enc_hidden, dec_emb):
+    def decode_hoisted(self, enc_out, enc_hidden, dec_inputs):
         """Ours: what does not depend on the step once (the encoder's share of the score, the embeddings'
         share of the GRU's gates), one product for everything that reads s_{t-1} (the score's query and
-        the GRU's hidden gates), a GRU cell per step, the output layer once after the loop. The context's weights
-        are sliced once, outside the loop: a slice per step would zero-fill a weight-sized gradient in each step's
-        backward (over_time still slices the `[B, T, 3H]` inputs per step: one unstack measured no faster)."""
+        the GRU's hidden gates), a GRU cell per step, the output layer once after the loop. The embeddings'
+        share is projected on the table's V rows and looked up, not on every one of the B T tokens: both maps
+        are linear (no dropout between them), and V (20) < B T (320). The context's weights are sliced once,
+        outside the loop: a slice per step would zero-fill a weight-sized gradient in each step's backward
+        (over_time still slices the `[B, T, 3H]` inputs per step: one unstack measured no faster)."""
+        tap(TARGET_EMBEDDINGS, self.dec_embeddings(dec_inputs))  # [B, T, E] for the taps; no gradient flows from it
         keys = self.keys(enc_out)  # [B, S, A]
         E, A, cell = self.embedding_dim, keys.shape[2], self.decoder.cell
-        emb_share = ops.matmul(dec_emb, cell.kernel[:E]) + cell.bias[0]  # [B, T, 3H]
+        share_table = ops.matmul(self.dec_embeddings.embeddings, cell.kernel[:E]) + cell.bias[0]  # [V, 3H]
+        emb_share = ops.take(share_table, dec_inputs, axis=0)  # [B, T, 3H]
         query_kernel, query_bias = self.query_projection()  # [H, A], [A]
         state_kernel = ops.concatenate([query_kernel, cell.recurrent_kernel], axis=1)  # [H, A + 3H]
         state_bias = ops.concatenate([query_bias, cell.bias[1]], axis=0)  # [A + 3H]
@@ -134,9 +138,10 @@ class LuongReverseTask(ReverseTaskBase):
     def __init__(self, vocab_size: int, embedding_dim: int, hidden_size: int, **kwargs):
         super().__init__(vocab_size, embedding_dim, hidden_size, embedding_dim, **kwargs)
 
-    def decode_hoisted(self, enc_out, enc_hidden, dec_emb):
+    def decode_hoisted(self, enc_out, enc_hidden, dec_inputs):
         """Ours: the decoder's input never depends on attention, so the GRU runs over the whole target
         at once and attention scores every step in one product."""
+        dec_emb = tap(TARGET_EMBEDDINGS, self.dec_embeddings(dec_inputs))  # [B, T, E]
         dec_out, _ = self.decoder(dec_emb, initial_state=enc_hidden)  # [B, T, H]
         probs = masked_softmax(self.scores(self.keys(enc_out), dec_out), None)  # [B, T, S]
         context_vector = tap(CONTEXT_VECTORS, ops.matmul(probs, enc_out))  # [B, T, S] @ [B, S, H] -> [B, T, H]

@@ -58,7 +58,7 @@ class ReverseTaskBase(nn.Module):
         tap(ENCODER_STATE, enc_hidden)
         if self.as_written:
             return self.decode_as_written(enc_out, enc_hidden, dec_inputs)
-        return self.decode_hoisted(enc_out, enc_hidden, tap(TARGET_EMBEDDINGS, self.dec_embeddings(dec_inputs)))
+        return self.decode_hoisted(enc_out, enc_hidden, dec_inputs)
 
 
 class ReverseTaskV0(ReverseTaskBase):
@@ -73,12 +73,12 @@ class ReverseTaskV0(ReverseTaskBase):
         super().__init__(vocab_size, embedding_dim, hidden_size, decoder_input_size=embedding_dim)
         self.output_layer = nn.Linear(in_features=hidden_size, out_features=vocab_size)
 
-    def decode_hoisted(self, enc_out, enc_hidden, dec_emb):
+    def decode_hoisted(self, enc_out, enc_hidden, dec_inputs):
+        dec_emb = tap(TARGET_EMBEDDINGS, self.dec_embeddings(dec_inputs))  # [B, T, E]
         dec_out, dec_hidden = self.decoder(dec_emb, enc_hidden)  # [B, T, H], [1, B, H]
         return self.output_layer(dec_out), None  # [B, T, V]
 
-    def decode_as_written(self, enc_out, enc_hidden, dec_inputs):
-        return self.decode_hoisted(enc_out, enc_hidden, tap(TARGET_EMBEDDINGS, self.dec_embeddings(dec_inputs)))
+    decode_as_written = decode_hoisted
 
 
 class BahdanauReverseTask(ReverseTaskBase):
@@ -87,15 +87,19 @@ class BahdanauReverseTask(ReverseTaskBase):
     def __init__(self, vocab_size: int, embedding_dim: int, hidden_size: int):
         super().__init__(vocab_size, embedding_dim, hidden_size, decoder_input_size=embedding_dim + hidden_size)
 
-    def decode_hoisted(self, enc_out, enc_hidden, dec_emb):
+    def decode_hoisted(self, enc_out, enc_hidden, dec_inputs):
         """Ours: what does not depend on the step once (the encoder's share of the score, the embeddings'
         share of the GRU's gates), one product for everything that reads s_{t-1} (the score's query and
-        the GRU's hidden gates), a GRU cell per step, the output layer once after the loop. The steps' inputs
-        come from one `unbind` and the context's weights from one slice, each outside the loop: a slice per
-        step would zero-fill a whole `[B, T, 3H]` (or weight-sized) gradient in each step's backward."""
+        the GRU's hidden gates), a GRU cell per step, the output layer once after the loop. The embeddings'
+        share is projected on the table's V rows and looked up, not on every one of the B T tokens: both maps
+        are linear (no dropout between them), and V (20) < B T (320). The steps' inputs come from one `unbind`
+        and the context's weights from one slice, each outside the loop: a slice per step would zero-fill a
+        whole `[B, T, 3H]` (or weight-sized) gradient in each step's backward."""
+        tap(TARGET_EMBEDDINGS, self.dec_embeddings(dec_inputs))  # [B, T, E] for the taps; no gradient flows from it
         keys = self.keys(enc_out)  # [B, S, A]
         E, A, gru = self.embedding_dim, keys.shape[2], self.decoder
-        emb_share = F.linear(dec_emb, gru.weight_ih_l0[:, :E], gru.bias_ih_l0)  # [B, T, 3H]
+        share_table = F.linear(self.dec_embeddings.weight, gru.weight_ih_l0[:, :E], gru.bias_ih_l0)  # [V, 3H]
+        emb_share = F.embedding(dec_inputs, share_table)  # [B, T, 3H]
         context_weight = gru.weight_ih_l0[:, E:].t()  # [H, 3H]
         query_weight, query_bias = self.query_projection()  # [A, H], [A]
         state_weight = torch.cat([query_weight, gru.weight_hh_l0])  # [A + 3H, H]
@@ -131,9 +135,10 @@ class LuongReverseTask(ReverseTaskBase):
     def __init__(self, vocab_size: int, embedding_dim: int, hidden_size: int):
         super().__init__(vocab_size, embedding_dim, hidden_size, decoder_input_size=embedding_dim)
 
-    def decode_hoisted(self, enc_out, enc_hidden, dec_emb):
+    def decode_hoisted(self, enc_out, enc_hidden, dec_inputs):
         """Ours: the decoder's input never depends on attention, so the GRU runs over the whole target
         at once and attention scores every step in one product."""
+        dec_emb = tap(TARGET_EMBEDDINGS, self.dec_embeddings(dec_inputs))  # [B, T, E]
         dec_out, _ = self.decoder(dec_emb, enc_hidden)  # [B, T, H]
         probs = masked_softmax(self.scores(self.keys(enc_out), dec_out), None)  # [B, T, S]
         context_vector = tap(CONTEXT_VECTORS, torch.bmm(probs, enc_out))  # [B, T, S] @ [B, S, H] -> [B, T, H]
