@@ -161,17 +161,17 @@ def load_adam_state(model: torch.nn.Module, optimizer: torch.optim.Adam, state: 
     """Set `optimizer`'s moments and step counter from a canonical state (strict on keys and shapes)."""
     step = _check_moments(model, state)
     for key, param in model.named_parameters():
-        moments = {name: adam_moment(state[name][key], param) for name in MOMENTS}
-        optimizer.state[param] = {"step": adam_step(step), **moments}
+        moments = {name: _adam_moment(state[name][key], param) for name in MOMENTS}
+        optimizer.state[param] = {"step": _adam_step(step), **moments}
 
 
-def adam_step(step: int) -> torch.Tensor:
+def _adam_step(step: int) -> torch.Tensor:
     """Adam's step counter as its state holds it: a float32 scalar whatever the default dtype (the fused kernel
     reads its counter as float32: a float64 one, as `torch.tensor` makes under float64 defaults, reads as garbage)."""
     return torch.tensor(float(step), dtype=torch.float32)
 
 
-def adam_moment(array, param: torch.Tensor) -> torch.Tensor:
+def _adam_moment(array, param: torch.Tensor) -> torch.Tensor:
     """A moment for Adam's state: a contiguous copy in `param`'s dtype and device. The fused kernel walks memory
     as contiguous (a transposed view, as Keras's kernels arrive, would be read in the wrong order), and updates
     in place (a tensor sharing the caller's array would change it)."""
@@ -204,8 +204,8 @@ def write_arrays(path: str | Path, weights: Mapping[str, np.ndarray], optimizer_
         optimizer = torch.optim.Adam(parameters, **hyper)
         step = check_optimizer_state(optimizer_state)
         for key, param in zip(tensors, parameters, strict=True):
-            moments = {name: adam_moment(optimizer_state[name][key], param) for name in MOMENTS}
-            optimizer.state[param] = {"step": adam_step(step), **moments}
+            moments = {name: _adam_moment(optimizer_state[name][key], param) for name in MOMENTS}
+            optimizer.state[param] = {"step": _adam_step(step), **moments}
         saved = {"model": tensors, "optimizer": optimizer.state_dict()}
     buffer = io.BytesIO()
     torch.save(saved, buffer)

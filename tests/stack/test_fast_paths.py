@@ -20,18 +20,20 @@ MODELS = catalogue.built()
 SCHEDULES = ["golden schedule", "teacher forcing"]
 
 
-def _pair(stack, name):
+def _pair(stack, name, **options):
     golden = fixtures.load_golden(name)
     models = []
     for as_written in (True, False):
-        model = stack.build(name, "float64", as_written=as_written, **catalogue.get(name).fixture_config)
+        model = stack.build(name, "float64", as_written=as_written, **{**catalogue.get(name).fixture_config, **options})
         stack.set_weights(model, golden.weights)
         models.append(model)
     return golden, models
 
 
-def _compare(stack, name, schedule_kind):
-    golden, (written, ours) = _pair(stack, name)
+def _compare(stack, name, schedule_kind, options=None, break_ours=None):
+    golden, (written, ours) = _pair(stack, name, **(options or {}))
+    if break_ours:
+        break_ours(ours)
     schedule = golden.schedule if schedule_kind == "golden schedule" else None
     tolerance = catalogue.get(name).tolerance
     expected = stack.run(written, name, golden.batch, teacher_forcing=schedule)
@@ -47,6 +49,21 @@ def _compare(stack, name, schedule_kind):
 @pytest.mark.parametrize("name", MODELS)
 def test_ours_equals_the_listing_as_written(stack, name, schedule_kind):
     _compare(stack, name, schedule_kind)
+
+
+FED = {"feed_state": True}  # document 004's decoder given its previous state (the fixtures leave it off)
+
+
+def test_ours_equals_the_tutorial_as_written_with_its_state_fed(stack):
+    _compare(stack, "tf_tutorial", "teacher forcing", FED)
+
+
+def test_negative_control_a_fed_tutorial_without_its_recurrent_share_is_caught(stack):
+    def skip_recurrent_share(ours):  # ours's teacher-forced decoder, as if the state started each step from zeros
+        ours.decoder.feed_state = False
+
+    with pytest.raises(AssertionError):
+        _compare(stack, "tf_tutorial", "teacher forcing", FED, break_ours=skip_recurrent_share)
 
 
 def test_as_written_is_a_build_option_of_every_model(stack):

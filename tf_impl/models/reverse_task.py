@@ -15,7 +15,7 @@ from shared.core.taps import CONTEXT_VECTORS, ENCODER_OUTPUTS, ENCODER_STATE, SO
 from tf_impl.fitting import KerasInputs
 from tf_impl.keras_compat.layers import torch_gru, torch_rnn
 from tf_impl.keras_compat.serializable import CatalogueModel
-from tf_impl.models.seq2seq import masked_softmax, over_time
+from tf_impl.models.seq2seq import gru_cell, masked_softmax, over_time
 
 
 def _dense(units: int, name: str, dtype, use_bias: bool = True) -> keras.layers.Dense:
@@ -167,16 +167,6 @@ class LuongReverseTask(ReverseTaskBase):
 def dot_scores(keys, states):
     """`s_t . k_i` for every decoder and source step: `[B, S, K]`, `[B, T, K]` -> `[B, T, S]`."""
     return ops.matmul(states, ops.transpose(keys, (0, 2, 1)))  # [B, T, K] @ [B, K, S]
-
-
-def gru_cell(input_share, hidden_share, state):
-    """One GRU step from its gates' two shares `x kernel + b_ih`, `h recurrent_kernel + b_hh` `[B, 3H]`
-    (Keras's gate order z, r, h; `reset_after=True`, torch's rule)."""
-    input_z, input_r, input_h = ops.split(input_share, 3, axis=1)  # [B, H] each
-    hidden_z, hidden_r, hidden_h = ops.split(hidden_share, 3, axis=1)
-    z, r = ops.sigmoid(input_z + hidden_z), ops.sigmoid(input_r + hidden_r)
-    candidate = ops.tanh(input_h + r * hidden_h)
-    return z * state + (1 - z) * candidate  # as Keras's own cell computes it
 
 
 def additive_scores(v, keys, queries):

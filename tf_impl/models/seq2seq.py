@@ -42,6 +42,16 @@ def over_time(step, carry, inputs):
     return carry, keras.tree.map_structure(lambda *per_step: ops.stack(per_step, 1), *outputs)  # [B, T, ...]
 
 
+def gru_cell(input_share, hidden_share, state):
+    """One GRU step from its gates' two shares `x kernel + b_ih`, `h recurrent_kernel + b_hh` `[B, 3H]`
+    (Keras's gate order z, r, h; `reset_after=True`, torch's rule)."""
+    input_z, input_r, input_h = ops.split(input_share, 3, axis=1)  # [B, H] each
+    hidden_z, hidden_r, hidden_h = ops.split(hidden_share, 3, axis=1)
+    z, r = ops.sigmoid(input_z + hidden_z), ops.sigmoid(input_r + hidden_r)
+    candidate = ops.tanh(input_h + r * hidden_h)
+    return z * state + (1 - z) * candidate  # as Keras's own cell computes it
+
+
 def masked_softmax(scores, mask):
     """Softmax over the last axis giving exactly zero weight where `mask` is False (the attention weights;
     `scores` are tapped as they come, before the mask)."""

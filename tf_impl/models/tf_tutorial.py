@@ -15,7 +15,7 @@ import keras
 from keras import ops
 
 from shared.core.taps import CONTEXT_VECTORS, ENCODER_STATE, SOURCE_EMBEDDINGS, TARGET_EMBEDDINGS, tap
-from tf_impl.models.seq2seq import Seq2SeqBase, masked_softmax, run_rnn
+from tf_impl.models.seq2seq import Seq2SeqBase, gru_cell, masked_softmax, over_time, run_rnn
 
 
 class BahdanauAttention(keras.layers.Layer):
@@ -127,6 +127,29 @@ class Decoder(keras.layers.Layer):
         output, state = self.gru(x, initial_state=hidden if self.feed_state else None)  # [B, 1, H], [B, H]
         return ops.reshape(output, (-1, output.shape[2])), state, attention_weights  # [B, H], [B, H], [B, S, 1]
 
+    def features_teacher_forced(self, tgt_in, hidden, enc_output, mask, keys):
+        """Ours, every input known (`tgt_in [B, T]`): the embeddings' share of the GRU's gates for all steps in one
+        product; per step only the context's share and, with `feed_state`, the state's: a GRU cell, not a Keras
+        GRU layer over a one-step sequence (a loop of its own). Without `feed_state` the listing's GRU starts each
+        step from zeros, so its recurrent product is `0 recurrent_kernel`: ours skips it (the bias remains).
+        -> GRU outputs `[B, T, H]`, attention `[B, T, S]`."""
+        x = tap(TARGET_EMBEDDINGS, self.embedding(tgt_in))  # [B, T, E]
+        H, cell = self.dec_units, self.gru.cell
+        emb_share = ops.matmul(x, cell.kernel[H:]) + cell.bias[0]  # [B, T, 3H]; the GRU's input is [context; x]
+        context_kernel = cell.kernel[:H]  # [H, 3H], sliced once
+
+        def step(hidden, emb_share_t):  # [B, H], [B, 3H]
+            context_vector, attention_weights = self.attention(hidden, enc_output, mask, keys)  # [B, H], [B, S, 1]
+            input_share = emb_share_t + ops.matmul(context_vector, context_kernel)  # [B, 3H]
+            if self.feed_state:
+                hidden = gru_cell(input_share, ops.matmul(hidden, cell.recurrent_kernel) + cell.bias[1], hidden)
+            else:
+                hidden = gru_cell(input_share, ops.broadcast_to(cell.bias[1], ops.shape(input_share)), ops.zeros_like(hidden))
+            return hidden, (hidden, ops.squeeze(attention_weights, 2))
+
+        _, (outputs, attention) = over_time(step, hidden, emb_share)
+        return outputs, attention  # [B, T, H], [B, T, S]
+
 
 class Seq2Seq(Seq2SeqBase):
     """The tutorial's loop around `Encoder` and `Decoder` (its `train_step` and `evaluate`), as a model."""
@@ -149,6 +172,10 @@ class Seq2Seq(Seq2SeqBase):
 
     def project(self, features):
         return self.decoder.fc(features)  # [..., V]
+
+    def decode_teacher_forced(self, tgt_in, hidden, memory, training=False):
+        features, attention = self.decoder.features_teacher_forced(tgt_in, hidden, *memory)  # [B, T, H], [B, T, S]
+        return self.project(features), attention
 
 
 def build_model(vocab_inp_size: int, vocab_tar_size: int, embedding_dim: int, units: int, batch_sz: int,

@@ -21,7 +21,7 @@ from shared.core.taps import (
     TARGET_EMBEDDINGS,
     tap,
 )
-from torch_impl.models.seq2seq import masked_softmax
+from torch_impl.models.seq2seq import gru_cell, masked_softmax
 
 
 class ReverseTaskBase(nn.Module):
@@ -159,15 +159,6 @@ class LuongReverseTask(ReverseTaskBase):
 
     def keys_as_written(self, enc_out):
         return enc_out  # [B, S, H]
-
-
-def gru_cell(input_share: torch.Tensor, hidden_share: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
-    """One GRU step from its gates' two shares `x W_ih^T + b_ih`, `h W_hh^T + b_hh` `[B, 3H]` (order r, z, n)."""
-    input_r, input_z, input_n = input_share.chunk(3, dim=1)  # [B, H] each
-    hidden_r, hidden_z, hidden_n = hidden_share.chunk(3, dim=1)
-    r, z = torch.sigmoid(input_r + hidden_r), torch.sigmoid(input_z + hidden_z)
-    n = torch.tanh(input_n + r * hidden_n)
-    return n + z * (state - n)  # (1 - z) n + z h, as torch's own cell computes it
 
 
 def dot_scores(keys: torch.Tensor, states: torch.Tensor) -> torch.Tensor:

@@ -22,6 +22,15 @@ def source_mask(src_len: torch.Tensor | None, max_len: int) -> torch.Tensor | No
     return torch.arange(max_len, device=src_len.device) < src_len.unsqueeze(1)  # [B, S]
 
 
+def gru_cell(input_share: torch.Tensor, hidden_share: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+    """One GRU step from its gates' two shares `x W_ih^T + b_ih`, `h W_hh^T + b_hh` `[B, 3H]` (order r, z, n)."""
+    input_r, input_z, input_n = input_share.chunk(3, dim=1)  # [B, H] each
+    hidden_r, hidden_z, hidden_n = hidden_share.chunk(3, dim=1)
+    r, z = torch.sigmoid(input_r + hidden_r), torch.sigmoid(input_z + hidden_z)
+    n = torch.tanh(input_n + r * hidden_n)
+    return n + z * (state - n)  # (1 - z) n + z h, as torch's own cell computes it
+
+
 def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     """Softmax over the last axis giving exactly zero weight where `mask` is False (the attention weights;
     `scores` are tapped as they come, before the mask)."""

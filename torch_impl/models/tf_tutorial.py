@@ -14,10 +14,11 @@ of one revision holds W1 and W2 swapped for the other.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from shared.core.taps import CONTEXT_VECTORS, ENCODER_STATE, SOURCE_EMBEDDINGS, TARGET_EMBEDDINGS, tap
-from torch_impl.models.seq2seq import Seq2SeqBase, masked_softmax, run_rnn
+from torch_impl.models.seq2seq import Seq2SeqBase, gru_cell, masked_softmax, run_rnn
 
 
 class BahdanauAttention(nn.Module):
@@ -115,6 +116,27 @@ class Decoder(nn.Module):
         output, state = self.gru(x, hidden.unsqueeze(0) if self.feed_state else None)  # [B, 1, H], [1, B, H]
         return output.reshape(-1, output.shape[2]), state.squeeze(0), attention_weights  # [B, H], [B, H], [B, S, 1]
 
+    def features_teacher_forced(self, tgt_in, hidden, enc_output, mask, keys):
+        """Ours, every input known (`tgt_in [B, T]`): the embeddings' share of the GRU's gates for all steps in one
+        product; per step only the context's share and, with `feed_state`, the state's. Without it the listing's
+        GRU starts each step from zeros, so its recurrent product is `0 W_hh^T`: ours skips it (the bias remains).
+        -> GRU outputs `[B, T, H]`, attention `[B, T, S]`."""
+        x = tap(TARGET_EMBEDDINGS, self.embedding(tgt_in))  # [B, T, E]
+        H, gru = self.dec_units, self.gru
+        emb_share = F.linear(x, gru.weight_ih_l0[:, H:], gru.bias_ih_l0)  # [B, T, 3H]; the GRU's input is [context; x]
+        context_weight = gru.weight_ih_l0[:, :H].t()  # [H, 3H], sliced once
+        outputs, attention = [], []
+        for emb_share_t in emb_share.unbind(1):  # [B, 3H] each
+            context_vector, attention_weights = self.attention(hidden, enc_output, mask, keys)  # [B, H], [B, S, 1]
+            input_share = torch.addmm(emb_share_t, context_vector, context_weight)  # [B, 3H]
+            if self.feed_state:
+                hidden = gru_cell(input_share, F.linear(hidden, gru.weight_hh_l0, gru.bias_hh_l0), hidden)  # [B, H]
+            else:
+                hidden = gru_cell(input_share, gru.bias_hh_l0.expand_as(input_share), torch.zeros_like(hidden))
+            outputs.append(hidden)
+            attention.append(attention_weights.squeeze(2))
+        return torch.stack(outputs, 1), torch.stack(attention, 1)  # [B, T, H], [B, T, S]
+
 
 class Seq2Seq(Seq2SeqBase):
     """The tutorial's loop around `Encoder` and `Decoder` (its `train_step` and `evaluate`), as a module."""
@@ -135,6 +157,10 @@ class Seq2Seq(Seq2SeqBase):
 
     def project(self, features):
         return self.decoder.fc(features)  # [..., V]
+
+    def decode_teacher_forced(self, tgt_in, hidden, memory):
+        features, attention = self.decoder.features_teacher_forced(tgt_in, hidden, *memory)  # [B, T, H], [B, T, S]
+        return self.project(features), attention
 
 
 def keras_initializers(model: nn.Module) -> nn.Module:
