@@ -162,13 +162,7 @@ def load_adam_state(model: torch.nn.Module, optimizer: torch.optim.Adam, state: 
     step = _check_moments(model, state)
     for key, param in model.named_parameters():
         moments = {name: _adam_moment(state[name][key], param) for name in MOMENTS}
-        optimizer.state[param] = {"step": _adam_step(step), **moments}
-
-
-def _adam_step(step: int) -> torch.Tensor:
-    """Adam's step counter as its state holds it: a float32 scalar whatever the default dtype (the fused kernel
-    reads its counter as float32: a float64 one, as `torch.tensor` makes under float64 defaults, reads as garbage)."""
-    return torch.tensor(float(step), dtype=torch.float32)
+        optimizer.state[param] = {"step": torch.tensor(float(step)), **moments}
 
 
 def _adam_moment(array, param: torch.Tensor) -> torch.Tensor:
@@ -205,7 +199,7 @@ def write_arrays(path: str | Path, weights: Mapping[str, np.ndarray], optimizer_
         step = check_optimizer_state(optimizer_state)
         for key, param in zip(tensors, parameters, strict=True):
             moments = {name: _adam_moment(optimizer_state[name][key], param) for name in MOMENTS}
-            optimizer.state[param] = {"step": _adam_step(step), **moments}
+            optimizer.state[param] = {"step": torch.tensor(float(step)), **moments}
         saved = {"model": tensors, "optimizer": optimizer.state_dict()}
     buffer = io.BytesIO()
     torch.save(saved, buffer)

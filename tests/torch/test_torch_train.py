@@ -7,9 +7,8 @@ import numpy as np
 import torch
 
 import torch_impl
-from shared.verify import training
 from shared.verify.equality import assert_close
-from shared.verify.training import EQUALITY_SPEC, fixture_trainer
+from shared.verify.training import EQUALITY_SPEC, fixture_batches, fixture_trainer
 
 NAME = "reverse_bahdanau"
 
@@ -32,13 +31,13 @@ def _one_step_from(state, plain: bool, load=None) -> dict:
         trainer.load_optimizer_state(state)
     else:
         load(trainer, state)
-    trainer.step(next(iter(training.fixture_batches(NAME, 1))))
+    trainer.step(next(iter(fixture_batches(NAME, 1))))
     return torch_impl.get_weights(trainer.model)
 
 
 def _trained_state() -> dict:
     trainer = fixture_trainer(torch_impl, NAME, "float64", EQUALITY_SPEC)
-    for batch in training.fixture_batches(NAME, 3):
+    for batch in fixture_batches(NAME, 3):
         trainer.step(batch)
     return _state_as_keras_hands_it_over(trainer)
 
@@ -57,7 +56,7 @@ def test_negative_control_moments_loaded_with_their_strides_are_misread_by_the_f
     def strided_load(trainer, state):  # the naive load: torch.as_tensor keeps the array's Fortran strides
         for key, param in trainer.model.named_parameters():
             moments = {name: torch.as_tensor(state[name][key]) for name in ("exp_avg", "exp_avg_sq")}
-            trainer.optimizer.state[param] = {"step": torch.tensor(float(state["step"]), dtype=torch.float32), **moments}
+            trainer.optimizer.state[param] = {"step": torch.tensor(float(state["step"])), **moments}
 
     naive, plain = _one_step_from(state, plain=False, load=strided_load), _one_step_from(state, plain=True)
     worst = max(float(np.abs(naive[key] - value).max()) for key, value in plain.items())

@@ -137,6 +137,7 @@ class Decoder(keras.layers.Layer):
         H, cell = self.dec_units, self.gru.cell
         emb_share = ops.matmul(x, cell.kernel[H:]) + cell.bias[0]  # [B, T, 3H]; the GRU's input is [context; x]
         context_kernel = cell.kernel[:H]  # [H, 3H], sliced once
+        zero_state, bias_share = ops.zeros_like(hidden), ops.broadcast_to(cell.bias[1], ops.shape(emb_share[:, 0]))
 
         def step(hidden, emb_share_t):  # [B, H], [B, 3H]
             context_vector, attention_weights = self.attention(hidden, enc_output, mask, keys)  # [B, H], [B, S, 1]
@@ -144,7 +145,7 @@ class Decoder(keras.layers.Layer):
             if self.feed_state:
                 hidden = gru_cell(input_share, ops.matmul(hidden, cell.recurrent_kernel) + cell.bias[1], hidden)
             else:
-                hidden = gru_cell(input_share, ops.broadcast_to(cell.bias[1], ops.shape(input_share)), ops.zeros_like(hidden))
+                hidden = gru_cell(input_share, bias_share, zero_state)  # the listing's GRU restarts from zeros
             return hidden, (hidden, ops.squeeze(attention_weights, 2))
 
         _, (outputs, attention) = over_time(step, hidden, emb_share)

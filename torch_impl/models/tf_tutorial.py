@@ -125,6 +125,7 @@ class Decoder(nn.Module):
         H, gru = self.dec_units, self.gru
         emb_share = F.linear(x, gru.weight_ih_l0[:, H:], gru.bias_ih_l0)  # [B, T, 3H]; the GRU's input is [context; x]
         context_weight = gru.weight_ih_l0[:, :H].t()  # [H, 3H], sliced once
+        zero_state, bias_share = torch.zeros_like(hidden), gru.bias_hh_l0.expand_as(emb_share[:, 0])  # [B, H], [B, 3H]
         outputs, attention = [], []
         for emb_share_t in emb_share.unbind(1):  # [B, 3H] each
             context_vector, attention_weights = self.attention(hidden, enc_output, mask, keys)  # [B, H], [B, S, 1]
@@ -132,7 +133,7 @@ class Decoder(nn.Module):
             if self.feed_state:
                 hidden = gru_cell(input_share, F.linear(hidden, gru.weight_hh_l0, gru.bias_hh_l0), hidden)  # [B, H]
             else:
-                hidden = gru_cell(input_share, gru.bias_hh_l0.expand_as(input_share), torch.zeros_like(hidden))
+                hidden = gru_cell(input_share, bias_share, zero_state)  # the listing's GRU restarts from zeros
             outputs.append(hidden)
             attention.append(attention_weights.squeeze(2))
         return torch.stack(outputs, 1), torch.stack(attention, 1)  # [B, T, H], [B, T, S]
