@@ -13,7 +13,7 @@ from shared.tools import bench as shared_bench
 from shared.tools import machine
 from shared.verify import fixtures
 from torch_impl import contract
-from torch_impl.train import Trainer
+from torch_impl.train import Trainer, compiled, traces_recurrent_layers
 
 _GPU = torch.cuda.is_available()
 
@@ -89,7 +89,7 @@ def make_call(name: str, task: str, impl: str, mode: str, arrays: dict, max_len:
         trainer = Trainer(model, name, shared_bench.BENCH_SPEC, mode=mode)
         return (lambda: trainer.step(arrays)), path  # returns a float: waits for the device
     if mode == "compile":
-        model.step = torch.compile(model.step)  # the unit greedy decoding repeats
+        model.step = compiled(model.step, device)  # the unit greedy decoding repeats
     source = {key: arrays[key] for key in ("src", "src_len")}
     return (lambda: contract.greedy(model, name, source, max_len=max_len)), path  # numpy out: waits for the device
 
@@ -97,15 +97,15 @@ def make_call(name: str, task: str, impl: str, mode: str, arrays: dict, max_len:
 def execution_path(model: torch.nn.Module, mode: str, device: str) -> dict:
     """Which path the case's calls took, read after them: cuDNN for the recurrent layers (on a GPU, cuDNN on, a
     float32 nn.GRU/LSTM/RNN), the compiler, Dynamo's graph breaks and whether it traced into recurrent layers
-    (`allow_rnn`; off, each nn.GRU is a break), CUDA graphs (none: no mode captures them)."""
+    (`allow_rnn`: on the CPU; off, each nn.GRU is a break), CUDA graphs (none: no mode captures them)."""
     recurrent = any(isinstance(module, torch.nn.RNNBase) for module in model.modules())
-    compiled = mode == "compile"
+    is_compiled = mode == "compile"
     breaks = sum(torch._dynamo.utils.counters["graph_break"].values())
     return {
         "cudnn": device == "gpu" and recurrent and torch.backends.cudnn.is_available() and torch.backends.cudnn.enabled,
-        "compiler": "inductor" if compiled else None,
-        "graph_breaks": breaks if compiled else None,
-        "allow_rnn": bool(torch._dynamo.config.allow_rnn) if compiled else None,
+        "compiler": "inductor" if is_compiled else None,
+        "graph_breaks": breaks if is_compiled else None,
+        "allow_rnn": traces_recurrent_layers(device) if is_compiled else None,
         "cuda_graphs": False,
     }
 

@@ -27,6 +27,27 @@ NATIVE_SUFFIX = ".pt"
 MODES = ("eager", "compile")  # compile: torch.compile over the forward and the loss (backward through AOTAutograd)
 
 
+def traces_recurrent_layers(device: str) -> bool:
+    """Whether `compiled` lets Dynamo trace into nn.GRU/LSTM/RNN (`allow_rnn`): on the CPU, where Inductor then
+    fuses the layers' steps with the rest instead of breaking the graph at each layer (reverse_bahdanau's train
+    step 16.4 -> 10.5 ms, 1 thread); not on a GPU, where each recurrent layer is one cuDNN call."""
+    return device == "cpu"
+
+
+def compiled(function: Callable, device: str) -> Callable:
+    """`torch.compile(function)`, traced with `allow_rnn` as `traces_recurrent_layers` says. Dynamo reads the
+    setting when it traces (the first call, a recompile), not when `torch.compile` is called: each call runs
+    under it."""
+    compiled_function = torch.compile(function)
+    allow_rnn = traces_recurrent_layers(device)
+
+    def call(*args, **kwargs):
+        with torch._dynamo.config.patch(allow_rnn=allow_rnn):
+            return compiled_function(*args, **kwargs)
+
+    return call
+
+
 def _check_torch_rule(spec: TrainSpec) -> None:
     """The torch stack has only PyTorch's own rule; the Keras-only options exist to show their drift."""
     if spec.optimizer != "torch_adam" or spec.clipping != "global":
@@ -56,7 +77,8 @@ class Trainer:
         self.optimizer = torch.optim.Adam(self.variables, lr=spec.lr, betas=spec.betas, eps=spec.eps, fused=True)
         self.grad_norms: list[float] = []
         self._update = self._update_step
-        self._forward = torch.compile(self._forward_loss) if mode == "compile" else self._forward_loss
+        device = self.variables[0].device.type
+        self._forward = compiled(self._forward_loss, device) if mode == "compile" else self._forward_loss
 
     def step(self, batch: Mapping, teacher_forcing=None) -> float:
         """One update on `batch` (checked as `run` checks it) with the step's teacher-forcing schedule."""

@@ -53,14 +53,15 @@ def train_fixture(stack, name: str, dtype: str, steps: int, spec: TrainSpec, los
     return {"curve": np.array(curve), "weights": stack.get_weights(trainer.model), "grad_norms": np.array(trainer.grad_norms)}
 
 
-def fixture_trainer(stack, name: str, dtype: str, spec: TrainSpec, loss=None, weights=None):
-    """`stack`'s Trainer over the fixture-size model holding `weights` (default: the golden ones), dropout off."""
+def fixture_trainer(stack, name: str, dtype: str, spec: TrainSpec, loss=None, weights=None, **trainer_options):
+    """`stack`'s Trainer over the fixture-size model holding `weights` (default: the golden ones), dropout off;
+    `trainer_options` go to the Trainer (`mode`)."""
     config = {**catalogue.get(name).fixture_config}
     if "dropout" in config:
         config["dropout"] = 0.0  # dropout masks cannot match across stacks: equality is proved without them
     model = stack.build(name, dtype, **config)
     stack.set_weights(model, fixtures.load_golden(name).weights if weights is None else weights)
-    return importlib.import_module(f"{stack.__name__}.train").Trainer(model, name, spec, loss)
+    return importlib.import_module(f"{stack.__name__}.train").Trainer(model, name, spec, loss, **trainer_options)
 
 
 def _train_steps(trainer, name: str, spec: TrainSpec, start: int, stop: int) -> list[float]:

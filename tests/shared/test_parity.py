@@ -27,8 +27,9 @@ ONE_STACK_FUNCTIONS = {
     "weights.py": {"leaf", "leaves", "assign_through_rules"},
     "models/tf_tutorial.py": {"keras_initializers"},  # torch starts from Keras's default distributions; Keras has them
     "models/seq2seq.py": {"over_time"},  # Keras's fit on TensorFlow traces unknown lengths (ops.scan): torch is eager
-    "train.py": {"save_keras", "load_keras", "read_arrays", "write_arrays"},  # Keras's `.keras` files; a torch file
-    # read and written as arrays in the file's own names, so `rosetta port` can rename them (Keras files are read by path)
+    # Keras's `.keras` files; a torch file read and written as arrays in the file's own names, so `rosetta port` can
+    # rename them (Keras files are read by path); torch.compile with its recurrent-layer setting (Keras: jit_compile)
+    "train.py": {"save_keras", "load_keras", "read_arrays", "write_arrays", "compiled", "traces_recurrent_layers"},
 }
 
 

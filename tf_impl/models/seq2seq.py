@@ -35,9 +35,10 @@ def over_time(step, carry, inputs):
     steps = keras.tree.flatten(inputs)[0].shape[1]
     if steps is None:
         return _scan_over_time(step, carry, inputs)
+    steps_of_each = [ops.unstack(x, axis=1) for x in keras.tree.flatten(inputs)]  # one Unpack each: its gradient is one Pack
     outputs = []
-    for t in range(steps):
-        carry, output = step(carry, keras.tree.map_structure(lambda x, t=t: x[:, t], inputs))
+    for inputs_t in zip(*steps_of_each, strict=True):
+        carry, output = step(carry, keras.tree.pack_sequence_as(inputs, inputs_t))
         outputs.append(output)
     return carry, keras.tree.map_structure(lambda *per_step: ops.stack(per_step, 1), *outputs)  # [B, T, ...]
 
