@@ -62,10 +62,9 @@ def train(run_dir, stack_name: str, force: bool = False, progress: bool = True, 
     if not resume:
         for stale in (runs.LOSS_LOG, runs.EVAL_LOG, runs.EVAL_FILE, runs.ATTENTION_FILE):
             (out / stale).unlink(missing_ok=True)
-    started = time.perf_counter()
     steps = _loop(run, stack, model, trainer, corpus, out, progress, start)
-    seconds = time.perf_counter() - started
     result = evaluate(stack, model, run, corpus, runs.final_split(corpus), limit=run.test_batches)
+    seconds = _logged_step_seconds(out / runs.LOSS_LOG)  # every segment of a resumed run, each step once
     result.update(stack=stack_name, backend=train_module.backend(), device=device, steps=steps, train_seconds=seconds)
     if attention_samples.has_decoder_attention(run.model):  # before eval.json, which marks the stack finished
         attention_samples.write_record(run_dir, stack_name, out / runs.ATTENTION_FILE, with_stacks=[stack_name])
@@ -95,6 +94,12 @@ def _resume(stack, train_module, trainer, out: Path) -> _Start:
     _keep_json_lines(out / runs.LOSS_LOG, lambda record: record["step"] <= step)
     _keep_json_lines(out / runs.EVAL_LOG, lambda record: record["epoch"] < epoch)
     return _Start(step, epoch)
+
+
+def _logged_step_seconds(path: Path) -> float:
+    """The seconds of every step in the loss log: a resumed run's earlier segments count, a step redone after a kill once."""
+    lines = path.read_text().splitlines() if path.is_file() else []
+    return sum(json.loads(line)["seconds"] for line in lines if line.strip())
 
 
 def _keep_json_lines(path: Path, keep) -> None:

@@ -317,6 +317,10 @@ def test_a_resumed_run_follows_the_uninterrupted_curve(stack, tmp_path, tmp_path
     assert [json.loads(line)["epoch"] for line in (run_dir / name / runs.EVAL_LOG).read_text().splitlines()] == [0, 1]
     assert resumed["loss"] == pytest.approx(expected["loss"], abs=1e-12)
     assert runner.train(run_dir, name, progress=False, resume=True) == json.loads((run_dir / name / runs.EVAL_FILE).read_text())
+    logged = [json.loads(line)["seconds"] for line in (run_dir / name / runs.LOSS_LOG).read_text().splitlines()]
+    assert resumed["train_seconds"] == pytest.approx(sum(logged), rel=1e-12)  # both segments, not the last one only
+    resumed_from = {5: 4, 7: 6}[stop_at]  # the checkpoint's step
+    assert resumed["train_seconds"] > sum(logged[resumed_from:])  # negative control: the resumed segment's steps alone
 
 
 def test_negative_control_a_resume_without_adams_state_leaves_the_curve(stack, tmp_path, tmp_path_factory, monkeypatch):
