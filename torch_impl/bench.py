@@ -97,10 +97,13 @@ def make_call(name: str, task: str, impl: str, mode: str, arrays: dict, max_len:
 def execution_path(model: torch.nn.Module, mode: str, device: str) -> dict:
     """Which path the case's calls took, read after them: cuDNN for the recurrent layers (on a GPU, cuDNN on, a
     float32 nn.GRU/LSTM/RNN), the compiler, Dynamo's graph breaks and whether it traced into recurrent layers
-    (`allow_rnn`: on the CPU; off, each nn.GRU is a break), CUDA graphs (none: no mode captures them)."""
+    (`allow_rnn`: on the CPU; off, each nn.GRU is a break), CUDA graphs (none: no mode captures them). A compile
+    case in which Dynamo compiled no graph ran eager: RuntimeError (the bench records the case as failed)."""
     recurrent = any(isinstance(module, torch.nn.RNNBase) for module in model.modules())
     is_compiled = mode == "compile"
     breaks = sum(torch._dynamo.utils.counters["graph_break"].values())
+    if is_compiled and not torch._dynamo.utils.counters["stats"]["unique_graphs"]:
+        raise RuntimeError("torch.compile ran eager: Dynamo compiled no graph for this case (its recompile limit?)")
     return {
         "cudnn": device == "gpu" and recurrent and torch.backends.cudnn.is_available() and torch.backends.cudnn.enabled,
         "compiler": "inductor" if is_compiled else None,

@@ -37,8 +37,10 @@ def traces_recurrent_layers(device: str) -> bool:
 def compiled(function: Callable, device: str) -> Callable:
     """`torch.compile(function)`, traced with `allow_rnn` as `traces_recurrent_layers` says. Dynamo reads the
     setting when it traces (the first call, a recompile), not when `torch.compile` is called: each call runs
-    under it."""
-    compiled_function = torch.compile(function)
+    under it. Each call of `compiled` keeps its own graphs (`isolate_recompiles`): by default every compile of one
+    function (`Trainer._forward_loss` of any model) shares Dynamo's 8 recompiles, and the ninth model in a process
+    silently runs eager."""
+    compiled_function = torch.compile(function, isolate_recompiles=True)
     allow_rnn = traces_recurrent_layers(device)
 
     def call(*args, **kwargs):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from shared.tools import bench
@@ -23,3 +24,29 @@ def test_a_compiled_case_counts_its_own_graph_breaks():
     call()
     assert path() == {"cudnn": False, "compiler": None, "graph_breaks": None, "allow_rnn": None, "cuda_graphs": False}
     assert sum(torch._dynamo.utils.counters["graph_break"].values()) == 0
+
+
+def _compiled_path(name: str) -> dict:
+    sizes = bench.small_sizes(bench.document_sizes(name))
+    torch_bench.start_case("cpu")
+    call, path = torch_bench.make_call(name, "train_step", "ours", "compile", synthetic_batch(name, sizes), sizes.tgt_len)
+    call()
+    return path()
+
+
+def test_each_model_in_one_process_compiles_its_own_graph_past_dynamos_recompile_limit():
+    """A bench process compiles `Trainer._forward_loss` for model after model; by default they share Dynamo's 8
+    recompiles and the ninth runs eager. With the limit lowered to 1, two models each still compile."""
+    torch._dynamo.reset()
+    with torch._dynamo.config.patch(recompile_limit=1):
+        assert [_compiled_path(name)["compiler"] for name in ("reverse_rnn", "reverse_luong_dot")] == ["inductor"] * 2
+
+
+def test_negative_control_a_shared_compile_runs_the_second_model_eager_and_the_case_says_so(monkeypatch):
+    real_compile = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda function, isolate_recompiles: real_compile(function))
+    torch._dynamo.reset()
+    with torch._dynamo.config.patch(recompile_limit=1):
+        assert _compiled_path("reverse_rnn")["compiler"] == "inductor"
+        with pytest.raises(RuntimeError, match="torch.compile ran eager"):
+            _compiled_path("reverse_luong_dot")
