@@ -22,15 +22,11 @@ from shared.train import attention_samples, runner, runs
 CURVE_POINTS = 200  # the loss curve of a summary: at most this many window means
 
 
-def _json_lines(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
-
-
 def summarize(run_dir, stack: str) -> dict:
     """One stack's run in `run_dir` as a summary (a run stopped early gives `complete: false`, no `final`)."""
     run_dir = Path(run_dir)
     run, out = runs.load_run(run_dir), run_dir / stack
-    steps, evals = _json_lines(out / runs.LOSS_LOG), _json_lines(out / runs.EVAL_LOG)
+    steps, evals = runs.read_json_lines(out / runs.LOSS_LOG), runs.read_json_lines(out / runs.EVAL_LOG)
     if not steps:
         raise ValueError(f"{out} has no {runs.LOSS_LOG}: this stack has not trained in {run_dir}")
     final = json.loads((out / runs.EVAL_FILE).read_text()) if (out / runs.EVAL_FILE).is_file() else None
@@ -195,7 +191,7 @@ def curve_difference(run_dir, first: int = 200) -> dict[str, float]:
     """Max |torch - tf| of a run trained in both stacks: over its first `first` steps, and over all steps."""
     curves = []
     for stack in runner.STACKS:
-        steps = _json_lines(Path(run_dir) / stack / runs.LOSS_LOG)
+        steps = runs.read_json_lines(Path(run_dir) / stack / runs.LOSS_LOG)
         curves.append(np.array([record["loss"] for record in steps]))
     length = min(map(len, curves))
     if not length:

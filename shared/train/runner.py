@@ -64,7 +64,8 @@ def train(run_dir, stack_name: str, force: bool = False, progress: bool = True, 
             (out / stale).unlink(missing_ok=True)
     steps = _loop(run, stack, model, trainer, corpus, out, progress, start)
     result = evaluate(stack, model, run, corpus, runs.final_split(corpus), limit=run.test_batches)
-    seconds = _logged_step_seconds(out / runs.LOSS_LOG)  # every segment of a resumed run, each step once
+    # every step in the loss log: a resumed run's earlier segments count, a step redone after a kill once
+    seconds = sum(record["seconds"] for record in runs.read_json_lines(out / runs.LOSS_LOG))
     result.update(stack=stack_name, backend=train_module.backend(), device=device, steps=steps, train_seconds=seconds)
     if attention_samples.has_decoder_attention(run.model):  # before eval.json, which marks the stack finished
         attention_samples.write_record(run_dir, stack_name, out / runs.ATTENTION_FILE, with_stacks=[stack_name])
@@ -96,15 +97,9 @@ def _resume(stack, train_module, trainer, out: Path) -> _Start:
     return _Start(step, epoch)
 
 
-def _logged_step_seconds(path: Path) -> float:
-    """The seconds of every step in the loss log: a resumed run's earlier segments count, a step redone after a kill once."""
-    lines = path.read_text().splitlines() if path.is_file() else []
-    return sum(json.loads(line)["seconds"] for line in lines if line.strip())
-
-
 def _keep_json_lines(path: Path, keep) -> None:
     if path.is_file():
-        records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        records = runs.read_json_lines(path)
         write_atomic(path, "".join(json.dumps(record) + "\n" for record in records if keep(record)).encode())
 
 

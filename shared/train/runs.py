@@ -31,6 +31,11 @@ CHECKPOINT, LOSS_LOG, EVAL_LOG, EVAL_FILE = "checkpoint.safetensors", "loss.json
 ATTENTION_FILE = "attention.json"
 
 
+def read_json_lines(path: Path) -> list[dict]:
+    """The records of a `.jsonl` log (`loss.jsonl`, `evals.jsonl`); none when the file is not there."""
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+
+
 class RunError(ValueError):
     """A run that cannot go on: diverged, or a folder that holds something else."""
 
