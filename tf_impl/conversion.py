@@ -17,7 +17,7 @@ import numpy as np
 from keras.src.models.functional import Functional
 
 from shared.core.canonical import RULES
-from shared.port.conversion import Leaf, map_inputs, positional
+from shared.port.conversion import Leaf, map_inputs, positional, shortest_paths
 from tf_impl.keras_compat.layers import TorchLSTM, TorchLSTMCell, TorchRNNCell
 from tf_impl.references import float64_policy
 
@@ -44,6 +44,7 @@ def leaves(model, rules=None) -> list[Leaf]:
         raise ValueError(f"the Keras model {model.name} has no weights yet: call it on a batch (or give it an Input) first")
     found, unsupported = [], []
     _visit(model, "", found, unsupported, rules)
+    found = shortest_paths(found)  # a layer held twice (an attribute and a `hparams` dict's entry) is one leaf
     covered = {id(variable) for leaf in found for variable in leaf.handles}
     stray = [variable.path for variable in model.weights if id(variable) not in covered]
     if unsupported or stray:
@@ -54,8 +55,7 @@ def leaves(model, rules=None) -> list[Leaf]:
 def _visit(layer, path: str, found: list, unsupported: list, rules) -> None:
     units = _units(layer, path.rstrip("."), rules)
     if units is not None:
-        covered = {id(variable) for leaf in found for variable in leaf.handles}
-        found.extend(unit for unit in units if not {id(v) for v in unit.handles} & covered)  # a layer held twice
+        found.extend(units)
         return
     if type(layer).__module__.startswith("keras.") and (layer._trainable_variables or layer._non_trainable_variables):
         unsupported.append(f"{path.rstrip('.') or layer.name} ({type(layer).__name__})")

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from shared.port.conversion import Leaf, map_inputs, positional
+from shared.port.conversion import Leaf, map_inputs, positional, shortest_paths
 
 SUPPORTED = "Linear, Embedding, RNN, GRU, LSTM, RNNCell, GRUCell, LSTMCell, LayerNorm, Conv1d, a bare Parameter"
 _RECURRENT_KINDS = {nn.RNN: "rnn", nn.GRU: "gru", nn.LSTM: "lstm", nn.RNNCell: "rnn", nn.GRUCell: "gru", nn.LSTMCell: "lstm"}
@@ -28,8 +28,13 @@ def leaves(model: nn.Module, rules=None) -> list[Leaf]:
     Args:
         rules: unused (torch's layout is the canonical one); accepted as the Keras walk takes it.
     """
+    lazy = [name for name, param in model.named_parameters() if isinstance(param, nn.parameter.UninitializedParameter)]
+    if lazy:
+        raise ValueError(f"the torch model {type(model).__name__} has lazy parameters not yet initialised ({', '.join(lazy)}): "
+                         "call it on a batch first")  # fmt: skip
     found, unsupported = [], []
     _visit(model, "", found, unsupported)
+    found = shortest_paths(found)  # a module registered under two names is one leaf
     covered = {id(param) for leaf in found for param in leaf.handles}
     stray = [name for name, param in model.named_parameters() if id(param) not in covered]
     if unsupported or stray:
@@ -49,8 +54,9 @@ def _visit(module: nn.Module, path: str, found: list, unsupported: list) -> None
         return
     for name, param in own:  # a bare parameter of the user's own module
         found.append(_leaf(f"{path}{name}", "parameter", "Parameter", {"": param}, {}))
-    for name, child in module.named_children():
-        _visit(child, f"{path}{name}.", found, unsupported)
+    for name, child in module._modules.items():  # every name, not named_children's first: shortest_paths picks
+        if child is not None:
+            _visit(child, f"{path}{name}.", found, unsupported)
 
 
 def _kind(module: nn.Module) -> str | None:

@@ -5,9 +5,14 @@ tf_impl.conversion name each weight-owning *leaf* and read and write it in the c
 leaf rules of shared.core.canonical), pairs the leaves of the two models, and copies the weights across:
 
 1. pairs the key map names (`{"source path": "target path"}`, or a shared.port.layouts key map whose renames
-   turn source paths into target paths);
-2. then leaves of the same path and kind (a model and its mirrored twin);
-3. then the rest by kind, in order (a Keras `Sequential` names its layers `lstm`, `lstm_1`, ...).
+   turn source paths into target paths; every entry must pair something);
+2. then leaves of the same path and kind (a model and its mirrored twin; a layer reachable by several
+   paths, such as through a `hparams` dict, is named by its shortest);
+3. then the rest by kind and shapes: a leaf with one candidate of its kind and shapes pairs with it
+   (`kind and shape`); two or more same-kind, same-shape candidates pair in order (`order`: a Keras
+   `Sequential` names its layers `lstm`, `lstm_1`, ...). A pair made by order is a guess: `convert` settles
+   it by running both models on `inputs` (refused, naming those pairs, where the outputs differ, and the
+   target left as it was), or refuses without `inputs`, with the key map that would settle it.
 
 Strict: every source weight is used once and every target weight filled; otherwise one ValueError lists
 the target leaves left empty, the source leaves left over, the pairs whose shapes or configuration differ,
@@ -77,7 +82,10 @@ class Leaf:
 class Pair:
     source: Leaf
     target: Leaf
-    how: str  # "key map", "name" or "order"
+    how: str  # "key map", "name", "kind and shape" (the only candidate) or "order" (one of several: a guess)
+
+
+GUESSED = "order"
 
 
 @dataclasses.dataclass
@@ -112,14 +120,16 @@ def walker(stack: str):
     return stacks.import_module(stack, "conversion")
 
 
-def convert(source, target, key_map=None, rules=None) -> Conversion:
+def convert(source, target, key_map=None, rules=None, inputs=None) -> Conversion:
     """Copy the weights of `source` (a torch nn.Module or a Keras model) into `target` (the other stack's).
 
     Args:
         key_map: `{source path: target path}` for the pairs the walk cannot find, a shared.port.layouts KeyMap
             (its renames turn source paths into target paths), or the path of a JSON file of either.
         rules: the leaf rule table (shared.core.canonical.RULES); tests pass a wrong one to prove it is caught.
-    Raises ValueError naming every leaf that could not be paired or filled (nothing is written then).
+        inputs: a batch both models are run on (as `verify` takes it) to settle pairs made by order.
+    Raises ValueError naming every leaf that could not be paired or filled, and the pairs made by order
+    where no `inputs` settle them (nothing is written then).
     """
     source_stack, target_stack = stack_of(source), stack_of(target)
     if source_stack == target_stack:
@@ -127,9 +137,17 @@ def convert(source, target, key_map=None, rules=None) -> Conversion:
     source_leaves = walker(source_stack).leaves(source, rules)
     target_leaves = walker(target_stack).leaves(target, rules)
     pairs = pair_leaves(source_leaves, target_leaves, _pairs_named(key_map))
+    guessed = [pair for pair in pairs if pair.how == GUESSED]
+    if guessed and inputs is None:
+        raise ValueError(f"{_guess_text(guessed)}: pass inputs= (a batch both models run on) to settle them, or a key "
+                         f"map naming the pairs, e.g. {_key_map_of(guessed)}")  # fmt: skip
+    before = [pair.target.read() for pair in pairs] if guessed else []
     for pair in pairs:
         pair.target.write(pair.source.read())
-    notes = _notes(pairs)
+    if guessed:
+        _settle(source, target, inputs, pairs, guessed, before)
+    notes = _notes(pairs) + ([(f"{_guess_text(guessed)}; running both models on the inputs settled them", False)]
+                             if guessed else [])  # fmt: skip
     for note in (note for note, drifts in notes if drifts):  # said also where a notebook ignores the report
         warnings.warn(note, stacklevel=2)
     return Conversion(source_stack, target_stack, pairs, [note for note, _ in notes], sum(len(p.source.shapes) for p in pairs),
@@ -147,20 +165,61 @@ def _notes(pairs: list[Pair]) -> list[tuple[str, bool]]:
             for (template, layer), paths in grouped.items()]  # fmt: skip
 
 
+def _guess_text(guessed: list[Pair]) -> str:
+    listed = "; ".join(f"{pair.source.describe()} -> {pair.target.path}" for pair in guessed)
+    return f"{len(guessed)} pairs were made by order among layers of the same kind and shapes ({listed})"
+
+
+def _key_map_of(pairs: list[Pair]) -> str:
+    return json.dumps({pair.source.path: pair.target.path for pair in pairs})
+
+
+def _settle(source, target, inputs, pairs: list[Pair], guessed: list[Pair], before: list[dict]) -> None:
+    """Both models run on `inputs`: equal outputs settle the pairs made by order; otherwise the target gets
+    its weights back and one error names those pairs."""
+    check = verify(source, target, inputs)
+    if check.ok:
+        return
+    for pair, arrays in zip(pairs, before, strict=True):
+        pair.target.write(arrays)
+    worst = max((c for c in check.components if c.max_abs is not None), key=lambda c: c.max_abs, default=None)
+    differs = f"{worst.name} differs by {worst.max_abs:.1e}" if worst is not None else "the outputs differ"
+    raise ValueError(f"{_guess_text(guessed)}, and with them the models' outputs differ on the inputs ({differs}): "
+                     f"name the pairs in a key map (this one is the order tried: {_key_map_of(guessed)}); the target "
+                     "keeps its weights")  # fmt: skip
+
+
 # ---- pairing ----
 
 
-def _pairs_named(key_map) -> Callable[[str], str | None]:
-    """The key map as a function: source path -> the target path it names, or None."""
+@dataclasses.dataclass
+class NamedPairs:
+    """A key map as pairing sees it: `target(path)` names a source path's target path (or None), and every
+    entry must pair some source path (`idle`)."""
+
+    target: Callable[[str], str | None]
+    idle: Callable[[list[str]], list[str]]
+
+
+def _pairs_named(key_map) -> NamedPairs:
+    """The key map as a NamedPairs."""
     if key_map is None:
-        return lambda path: None
+        return NamedPairs(lambda path: None, lambda paths: [])
     if isinstance(key_map, (str, Path)):
         key_map = _load_key_map(Path(key_map))
     if isinstance(key_map, layouts.KeyMap):
         rules = key_map.renames
-        return lambda path: next((renamed for rule in rules if (renamed := rule.apply(path)) is not None), None)
+
+        def first(path: str) -> str | None:
+            return next((renamed for rule in rules if (renamed := rule.apply(path)) is not None), None)
+
+        def idle(paths: list[str]) -> list[str]:
+            used = {next((rule.label for rule in rules if rule.apply(path) is not None), None) for path in paths}
+            return [rule.describe() for rule in rules if rule.label not in used]
+
+        return NamedPairs(first, idle)
     if isinstance(key_map, Mapping):
-        return lambda path: key_map.get(path)
+        return NamedPairs(lambda path: key_map.get(path), lambda paths: [repr(key) for key in key_map if key not in paths])
     given = type(key_map).__name__
     raise ValueError(f"key_map takes {{source path: target path}}, a shared.port.layouts.KeyMap or a JSON file, got {given}")
 
@@ -177,33 +236,68 @@ def _load_key_map(path: Path):
     raise ValueError(f'key map {path}: expected {{"source path": "target path", ...}} or {{"renames": [...]}}')
 
 
-def pair_leaves(sources: list[Leaf], targets: list[Leaf], named: Callable[[str], str | None]) -> list[Pair]:
-    """Pair by the key map, then by path and kind, then by kind in order; strict (see the module docstring)."""
+def pair_leaves(sources: list[Leaf], targets: list[Leaf], named: NamedPairs | None = None) -> list[Pair]:
+    """Pair by the key map, then by path and kind, then by kind and shapes (in order among several
+    candidates); strict (see the module docstring)."""
+    named = named or _pairs_named(None)
     by_path = {leaf.path: leaf for leaf in targets}
-    unknown = [f"{leaf.path} -> {named(leaf.path)}" for leaf in sources if named(leaf.path) not in (None, *by_path)]
-    if unknown:
-        raise ValueError(f"the key map names target layers the target model does not have: {', '.join(unknown)} "
-                         f"(its layers: {', '.join(by_path)})")  # fmt: skip
+    unknown = [f"{leaf.path} -> {named.target(leaf.path)}" for leaf in sources if named.target(leaf.path) not in (None, *by_path)]
+    idle = named.idle([leaf.path for leaf in sources])
+    problems = [f"names target layers the target model does not have: {', '.join(unknown)}"] if unknown else []
+    problems += [f"pairs no source layer with {', '.join(idle)}"] if idle else []
+    if problems:
+        layers = f"the source's layers: {', '.join(leaf.path for leaf in sources)}; the target's: {', '.join(by_path)}"
+        raise ValueError(f"the key map {'; it '.join(problems)} ({layers})")
     pairs, free, paired = [], dict(by_path), set()
 
     def add(leaf: Leaf, found: Leaf, how: str) -> None:
         pairs.append(Pair(leaf, free.pop(found.path), how))
         paired.add(id(leaf))
 
-    for how, match in (("key map", lambda leaf: named(leaf.path)), ("name", lambda leaf: leaf.path)):
+    for how, match in (("key map", lambda leaf: named.target(leaf.path)), ("name", lambda leaf: leaf.path)):
         for leaf in sources:
             found = free.get(match(leaf))
             if found is not None and id(leaf) not in paired and (how == "key map" or found.kind == leaf.kind):
                 add(leaf, found, how)
-    leftover = [leaf for leaf in sources if id(leaf) not in paired]
-    for kind in dict.fromkeys(leaf.kind for leaf in leftover):
-        same = [leaf for leaf in free.values() if leaf.kind == kind]
-        for leaf, found in zip([leaf for leaf in leftover if leaf.kind == kind], same, strict=False):  # the rest: errors
-            add(leaf, found, "order")
+    for same_shapes in (True, False):  # the rest of a kind (no same-shape candidate) in order: _check names them
+        leftover = [leaf for leaf in sources if id(leaf) not in paired]
+        for leaf_class in _classes(leftover, same_shapes):
+            candidates = [found for found in free.values() if _same_class(found, leaf_class[0], same_shapes)]
+            single = same_shapes and len(leaf_class) == 1 and len(candidates) == 1
+            for leaf, found in zip(leaf_class, candidates, strict=False):
+                add(leaf, found, "kind and shape" if single else GUESSED)
     order = {id(leaf): index for index, leaf in enumerate(sources)}
     pairs.sort(key=lambda pair: order[id(pair.source)])
     _check(pairs, [leaf for leaf in sources if id(leaf) not in paired], list(free.values()))
     return pairs
+
+
+def _classes(leaves: list[Leaf], same_shapes: bool) -> list[list[Leaf]]:
+    """`leaves` grouped by kind (and shapes), in order of first appearance."""
+    groups: dict = {}
+    for leaf in leaves:
+        groups.setdefault((leaf.kind, tuple(leaf.shapes.items()) if same_shapes else None), []).append(leaf)
+    return list(groups.values())
+
+
+def _same_class(leaf: Leaf, other: Leaf, same_shapes: bool) -> bool:
+    return leaf.kind == other.kind and (not same_shapes or leaf.shapes == other.shapes)
+
+
+def shortest_paths(leaves: list[Leaf]) -> list[Leaf]:
+    """One leaf per layer, in order of first appearance, named by its shortest path: a layer reachable by
+    several (an attribute and a `hparams` dict's entry) is found once per path by a walk."""
+    kept: dict[tuple, Leaf] = {}
+    for leaf in leaves:
+        key = tuple(id(handle) for handle in leaf.handles)
+        held = kept.setdefault(key, leaf)
+        if _path_length(leaf.path) < _path_length(held.path):
+            held.path = leaf.path
+    return list(kept.values())
+
+
+def _path_length(path: str) -> tuple[int, int]:
+    return path.count(".") + path.count("["), len(path)
 
 
 def _check(pairs: list[Pair], unused: list[Leaf], empty: list[Leaf]) -> None:

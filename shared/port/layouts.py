@@ -32,6 +32,11 @@ by attribute path, already in catalogue names). Transforms:
 - `swap`: two leaves (every array under each prefix) trade places.
 Each transform has an inverse, so a key map also writes files in its layout (`rosetta port --to`); a regex
 rename is inverted by its optional `"inverse": {"regex": ..., "to": ...}`.
+
+Strict: every rename must rename some key of the file, every transform must find what it names (a swap,
+each leaf's namesake of the same shape; `order` a permutation of the blocks, which must divide the width),
+else one error names the entry (`renames[2]`, `transforms[0]`): a key map that does nothing, or half of
+what it says, never ports silently.
 """
 
 from __future__ import annotations
@@ -45,18 +50,25 @@ from pathlib import Path
 import numpy as np
 
 PRESETS_DIR = Path(__file__).parent / "presets"
-_KEYS = {"name", "description", "source", "model", "format", "config", "renames", "transforms", "reference", "runner"}
+_TEXT_FIELDS = ("name", "description", "source", "model", "format", "reference", "runner")
+_KEYS = {*_TEXT_FIELDS, "config", "renames", "transforms"}
 _TRANSFORMS = ("swap_column_blocks", "zero_bias", "swap")
+_TRANSFORM_OPTIONS = {"swap_column_blocks": {"blocks", "order"}, "zero_bias": set(), "swap": set()}
+# a key map is data: `reference` and `runner` may name only the tutorials' models this package ships
+SHIPPED_CODE = re.compile(r"(torch_impl|tf_impl)\.references:[A-Za-z_]\w*")
+SHOWN_KEYS = 6  # file keys quoted in an error
 
 
 @dataclasses.dataclass(frozen=True)
 class Rename:
-    """One rename rule: a prefix, or a regex matched against the whole key (with its inverse, if given)."""
+    """One rename rule: a prefix, or a regex matched against the whole key (with its inverse, if given);
+    `label` is where the key map holds it (`renames[2]`)."""
 
     pattern: str
     to: str
     regex: bool = False
     inverse: Rename | None = None
+    label: str = "a rename"
 
     def apply(self, key: str) -> str | None:
         """The renamed key, or None where the rule does not match."""
@@ -67,10 +79,41 @@ class Rename:
 
     def inverted(self, where: str) -> Rename:
         if not self.regex:
-            return Rename(self.to, self.pattern)
+            return Rename(self.to, self.pattern, label=self.label)
         if self.inverse is None:
             raise ValueError(f'{where}: the regex rename {self.pattern!r} has no "inverse": this key map reads files only')
         return self.inverse
+
+    def describe(self) -> str:
+        return f"{self.label} ({'regex' if self.regex else 'prefix'} {self.pattern!r} -> {self.to!r})"
+
+
+@dataclasses.dataclass(frozen=True)
+class Transform:
+    """One transform on catalogue-named arrays (see the module docstring), checked as it applies."""
+
+    kind: str  # one of _TRANSFORMS
+    target: str | tuple[str, str]  # a key (swap_column_blocks), a leaf (zero_bias) or two leaves (swap)
+    blocks: int = 2
+    order: tuple[int, ...] | None = None
+    label: str = "a transform"
+
+    def apply(self, arrays: dict[str, np.ndarray], inverse: bool, where: str) -> dict[str, np.ndarray]:
+        where = f"{where}: {self.label}"
+        if self.kind == "swap":
+            return _swap_leaves(arrays, *self.target, where)
+        if self.kind == "zero_bias":
+            return _drop_bias(arrays, self.target, where) if inverse else _zero_bias(arrays, self.target, where)
+        return _swap_column_blocks(arrays, self.target, self.blocks, self.order, inverse, where)
+
+    def describe(self) -> str:
+        """What it does, in words, for `rosetta port`'s report."""
+        if self.kind == "swap":
+            return f"{self.target[0]} and {self.target[1]} trade places"
+        if self.kind == "zero_bias":
+            return f"{self.target} has no bias in the file (zeros in the model)"
+        order = self.order or tuple(reversed(range(self.blocks)))
+        return f"{self.target}'s {self.blocks} column blocks in the order {list(order)}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,7 +128,7 @@ class KeyMap:
     format: str | None = None
     config: Mapping = dataclasses.field(default_factory=dict)
     renames: tuple[Rename, ...] = ()
-    transforms: tuple[Mapping, ...] = ()
+    transforms: tuple[Transform, ...] = ()
     reference: str | None = None
     runner: str | None = None
 
@@ -93,47 +136,81 @@ class KeyMap:
     def identity(self) -> bool:
         return not self.renames and not self.transforms
 
+    @property
+    def title(self) -> str:
+        """How messages name it: the preset's name, else the key map's file."""
+        return self.name or self.where
+
     def to_catalogue(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The file's arrays in catalogue names and layout: renamed, then transformed."""
         renamed = _rename(arrays, self.renames, self.where)
         for transform in self.transforms:
-            renamed = _transform(renamed, transform, inverse=False)
+            renamed = transform.apply(renamed, inverse=False, where=self.where)
         return renamed
 
     def from_catalogue(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The inverse: catalogue arrays as this layout's file holds them."""
         out = dict(arrays)
         for transform in reversed(self.transforms):
-            out = _transform(out, transform, inverse=True)
+            out = transform.apply(out, inverse=True, where=self.where)
         return _rename(out, tuple(rule.inverted(self.where) for rule in self.renames), self.where)
 
+    def describe(self) -> str:
+        """Its renames and transforms in one line ("" for the catalogue's own layout)."""
+        renames = f"{len(self.renames)} rename{'s' * (len(self.renames) != 1)}" if self.renames else ""
+        return "; ".join([part for part in (renames, *(t.describe() for t in self.transforms)) if part])
 
-IDENTITY = KeyMap(where="(no key map)")
+
+IDENTITY = KeyMap(where="the catalogue's own layout")
 
 
 def _rename(arrays: Mapping[str, np.ndarray], rules: tuple[Rename, ...], where: str) -> dict[str, np.ndarray]:
-    """Each key renamed by the first rule that matches (kept where none does); two keys onto one is an error."""
-    out, sources = {}, {}
+    """Each key renamed by the first rule that matches (kept where none does); two keys onto one, or a rule
+    that renames nothing, is an error."""
+    out, sources, used = {}, {}, set()
     for key, value in arrays.items():
-        new = next((renamed for rule in rules if (renamed := rule.apply(key)) is not None), key)
+        new = key
+        for rule in rules:
+            renamed = _applied(rule, key, where)
+            if renamed is not None:
+                new = renamed
+                used.add(rule.label)
+                break
         if new in out:
             raise ValueError(f"{where}: keys {sources[new]!r} and {key!r} are both renamed to {new!r}")
         out[new], sources[new] = value, key
+    idle = [rule.describe() for rule in rules if rule.label not in used]
+    if idle and arrays:
+        raise ValueError(f"{where}: {'; '.join(idle)} renames no key of the file (its keys: {_some(arrays)})")
     return out
 
 
-def _transform(arrays: dict[str, np.ndarray], transform: Mapping, inverse: bool) -> dict[str, np.ndarray]:
-    kind = next(name for name in _TRANSFORMS if name in transform)
-    target = transform[kind]
-    if kind == "swap":
-        return _swap_leaves(arrays, *target)
-    if kind == "zero_bias":
-        return _drop_bias(arrays, target) if inverse else _zero_bias(arrays, target)
-    return _swap_column_blocks(arrays, target, transform.get("blocks", 2), transform.get("order"), inverse)
+def _applied(rule: Rename, key: str, where: str) -> str | None:
+    try:
+        return rule.apply(key)
+    except (re.error, IndexError) as error:  # "to" names a group the regex lacks
+        raise ValueError(f'{where}: {rule.describe()}: its "to" cannot be filled ({error})') from None
 
 
-def _swap_leaves(arrays: dict, first: str, second: str) -> dict:
-    """Every array under prefix `first.` trades places with its namesake under `second.`."""
+def _some(arrays: Mapping) -> str:
+    keys = list(arrays)
+    return ", ".join(keys[:SHOWN_KEYS]) + (f", ... ({len(keys)} in all)" if len(keys) > SHOWN_KEYS else "")
+
+
+def _under(arrays: Mapping, prefix: str) -> dict[str, tuple]:
+    """{key suffix: shape} of every array under the leaf `prefix.`."""
+    return {key[len(prefix) :]: np.shape(value) for key, value in arrays.items() if key.startswith(prefix + ".")}
+
+
+def _swap_leaves(arrays: dict, first: str, second: str, where: str) -> dict:
+    """Every array under prefix `first.` trades places with its namesake (same suffix, same shape) under `second.`."""
+    held = {leaf: _under(arrays, leaf) for leaf in (first, second)}
+    empty = [leaf for leaf, found in held.items() if not found]
+    if empty:
+        raise ValueError(f"{where}: no key under {' or '.join(empty)}. (the arrays: {_some(arrays)})")
+    if held[first] != held[second]:
+        raise ValueError(f"{where}: {first} {held[first]} and {second} {held[second]} do not hold the same arrays "
+                         "and shapes: they cannot trade places")  # fmt: skip
 
     def swapped(key: str) -> str:
         for a, b in ((first, second), (second, first)):
@@ -144,22 +221,34 @@ def _swap_leaves(arrays: dict, first: str, second: str) -> dict:
     return {swapped(key): value for key, value in arrays.items()}
 
 
-def _zero_bias(arrays: dict, leaf: str) -> dict:
+def _zero_bias(arrays: dict, leaf: str, where: str) -> dict:
     """`leaf.bias` as zeros, one per row of `leaf.weight` (a Linear the layout built without bias)."""
     weight, bias = f"{leaf}.weight", f"{leaf}.bias"
-    if weight not in arrays or bias in arrays:
-        return dict(arrays)  # not this layout's file: the strict check names what is wrong
-    return {**arrays, bias: np.zeros(arrays[weight].shape[0], arrays[weight].dtype)}
+    if weight not in arrays:
+        raise ValueError(f"{where}: no {weight} (the arrays: {_some(arrays)})")
+    if bias in arrays:
+        raise ValueError(f"{where}: {bias} is there already: the file's {leaf} has a bias")
+    return {**arrays, bias: np.zeros(np.shape(arrays[weight])[0], np.asarray(arrays[weight]).dtype)}
 
 
-def _drop_bias(arrays: dict, leaf: str) -> dict:
-    return {key: value for key, value in arrays.items() if key != f"{leaf}.bias"}
+def _drop_bias(arrays: dict, leaf: str, where: str) -> dict:
+    """`leaf.bias` left out of the file; only zeros may be (the layout's Linear has no bias to hold others)."""
+    bias = f"{leaf}.bias"
+    if bias not in arrays:
+        raise ValueError(f"{where}: no {bias} to leave out")
+    if np.any(np.asarray(arrays[bias]) != 0):
+        raise ValueError(f"{where}: {bias} is not zero, and the layout's {leaf} has no bias: the file would compute "
+                         "another function")  # fmt: skip
+    return {key: value for key, value in arrays.items() if key != bias}
 
 
-def _swap_column_blocks(arrays: dict, key: str, blocks: int, order, inverse: bool) -> dict:
+def _swap_column_blocks(arrays: dict, key: str, blocks: int, order, inverse: bool, where: str) -> dict:
     """A Linear weight `[out, blocks * n]` with its column blocks permuted by `order` (default: reversed)."""
     if key not in arrays:
-        return dict(arrays)
+        raise ValueError(f"{where}: no {key} (the arrays: {_some(arrays)})")
+    shape = np.shape(arrays[key])
+    if len(shape) != 2 or shape[1] % blocks:
+        raise ValueError(f"{where}: {key} of shape {shape} has no {blocks} equal column blocks")
     order = list(order or reversed(range(blocks)))
     if inverse:
         order = list(np.argsort(order))
@@ -169,56 +258,136 @@ def _swap_column_blocks(arrays: dict, key: str, blocks: int, order, inverse: boo
 
 # ---- reading key-map files and presets ----
 
+MAX_KEY_MAP_BYTES = 64 * 2**20  # a key map is a few lines; a larger file is not one
+
 
 def load(path) -> KeyMap:
-    """A key map from a JSON file; one ValueError naming the file and the first problem."""
+    """A key map from a JSON file; one ValueError naming the file and every problem."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text())
+        if path.stat().st_size > MAX_KEY_MAP_BYTES:
+            raise ValueError(f"{path}: {path.stat().st_size:,} bytes is not a key map (a JSON file of a few lines)")
+        text = path.read_bytes().decode("utf-8")
+        data = json.loads(text)
     except OSError as error:
         raise ValueError(f"{path}: cannot read the key map ({error.strerror})") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not a UTF-8 text file: a key map is JSON text") from None
     except json.JSONDecodeError as error:
         raise ValueError(f"{path}: not JSON ({error.msg}, line {error.lineno})") from None
+    except RecursionError:
+        raise ValueError(f"{path}: nested too deeply to be a key map") from None
     return parse(data, str(path))
 
 
 def parse(data, where: str) -> KeyMap:
-    """A key map from its JSON data (see the module docstring)."""
+    """A key map from its JSON data (see the module docstring); one ValueError listing every bad entry."""
     if not isinstance(data, dict):
         raise ValueError(f"{where}: a key map is a JSON object")
+    problems = []
     unknown = sorted(set(data) - _KEYS)
     if unknown:
-        raise ValueError(f"{where}: unknown field {', '.join(unknown)}; a key map holds {', '.join(sorted(_KEYS))}")
-    renames = tuple(_parse_rename(rule, where) for rule in data.get("renames", []))
-    transforms = tuple(_parse_transform(rule, where) for rule in data.get("transforms", []))
-    fields = {
-        key: data[key] for key in ("name", "description", "source", "model", "format", "reference", "runner") if key in data
-    }
+        problems.append(f"unknown field {', '.join(unknown)}; a key map holds {', '.join(sorted(_KEYS))}")
+    texts = [key for key in _TEXT_FIELDS if key in data and not isinstance(data[key], str)]
+    problems += [f'"{key}" must be a string, got {data[key]!r}' for key in texts]
+    problems += [_code_problem(key, data[key]) for key in ("reference", "runner") if isinstance(data.get(key), str)]
     if not isinstance(data.get("config", {}), dict):
-        raise ValueError(f'{where}: "config" is an object of catalogue options')
+        problems.append('"config" is an object of catalogue options')
+    renames = _entries(data, "renames", _parse_rename, problems)
+    transforms = _entries(data, "transforms", _parse_transform, problems)
+    problems = [problem for problem in problems if problem]
+    if problems:
+        raise ValueError(f"{where}: " + "; ".join(problems))
+    fields = {key: data[key] for key in _TEXT_FIELDS if key in data}
     return KeyMap(where=where, config=data.get("config", {}), renames=renames, transforms=transforms, **fields)
 
 
-def _parse_rename(rule, where: str) -> Rename:
+def _code_problem(key: str, text: str) -> str:
+    if SHIPPED_CODE.fullmatch(text):
+        return ""
+    return (f'"{key}" {text!r}: a key map names no code to run; it may name a tutorial model this package ships '
+            "(torch_impl.references:NAME or tf_impl.references:NAME); pass your own model with --reference")  # fmt: skip
+
+
+def _entries(data: dict, field: str, parse_one, problems: list) -> tuple:
+    """The parsed rules of list `field`; each bad one appended to `problems`, labelled `field[i]`."""
+    rules = data.get(field, [])
+    if not isinstance(rules, list):
+        problems.append(f'"{field}" must be a list, got {rules!r}')
+        return ()
+    parsed = []
+    for index, rule in enumerate(rules):
+        try:
+            parsed.append(parse_one(rule, f"{field}[{index}]"))
+        except ValueError as error:
+            problems.append(str(error))
+    return tuple(parsed)
+
+
+def _text(rule: dict, key: str, label: str) -> str:
+    """`rule[key]`, a string (non-empty but for a rename's "to", which may strip a prefix)."""
+    value = rule.get(key)
+    if not isinstance(value, str) or (value == "" and key != "to"):
+        raise ValueError(f'{label}: "{key}" must be a non-empty string, got {value!r}')
+    return value
+
+
+def _parse_rename(rule, label: str) -> Rename:
+    shape = '{"prefix": ..., "to": ...} or {"regex": ..., "to": ...}'
     if not isinstance(rule, dict) or "to" not in rule or ("prefix" in rule) == ("regex" in rule):
-        raise ValueError(f'{where}: a rename is {{"prefix": ..., "to": ...}} or {{"regex": ..., "to": ...}}, got {rule!r}')
+        raise ValueError(f"{label}: a rename is {shape}, got {rule!r}")
+    extra = sorted(set(rule) - ({"prefix", "to"} if "prefix" in rule else {"regex", "to", "inverse"}))
+    if extra:
+        raise ValueError(f"{label}: unknown field {', '.join(extra)} in a rename ({shape})")
+    to = _text(rule, "to", label)
     if "prefix" in rule:
-        return Rename(rule["prefix"], rule["to"])
+        return Rename(_text(rule, "prefix", label), to, label=label)
+    pattern = _text(rule, "regex", label)
     try:
-        re.compile(rule["regex"])
-    except re.error as error:
-        raise ValueError(f"{where}: bad regex {rule['regex']!r} ({error})") from None
-    inverse = _parse_rename(rule["inverse"], where) if "inverse" in rule else None
-    return Rename(rule["regex"], rule["to"], regex=True, inverse=inverse)
+        compiled = re.compile(pattern)
+    except (re.error, RecursionError, OverflowError) as error:
+        raise ValueError(f"{label}: bad regex {pattern!r} ({error})") from None
+    _check_groups(compiled, to, label)
+    inverse = _parse_rename(rule["inverse"], f"{label}.inverse") if "inverse" in rule else None
+    return Rename(pattern, to, regex=True, inverse=inverse, label=label)
 
 
-def _parse_transform(rule, where: str) -> Mapping:
+def _check_groups(compiled: re.Pattern, to: str, label: str) -> None:
+    """Every group `to` names (\\1, \\g<name>) must be one the regex has."""
+    for number, name in re.findall(r"\\(?:g<(\w+)>|(\d+))", to):
+        group = name or number
+        known = compiled.groupindex if not group.isdigit() else range(compiled.groups + 1)
+        if (int(group) if group.isdigit() else group) not in known:
+            raise ValueError(f'{label}: "to" {to!r} names group {group}, which the regex {compiled.pattern!r} does not have')
+
+
+def _parse_transform(rule, label: str) -> Transform:
     kinds = [kind for kind in _TRANSFORMS if isinstance(rule, dict) and kind in rule]
     if len(kinds) != 1:
-        raise ValueError(f"{where}: a transform names one of {', '.join(_TRANSFORMS)}, got {rule!r}")
-    if kinds[0] == "swap" and not (isinstance(rule["swap"], list) and len(rule["swap"]) == 2):
-        raise ValueError(f'{where}: "swap" takes two leaf names, got {rule["swap"]!r}')
-    return rule
+        raise ValueError(f"{label}: a transform names one of {', '.join(_TRANSFORMS)}, got {rule!r}")
+    kind = kinds[0]
+    extra = sorted(set(rule) - {kind} - _TRANSFORM_OPTIONS[kind])
+    if extra:
+        raise ValueError(f"{label}: {kind} takes no {', '.join(extra)}")
+    if kind == "swap":
+        pair = rule["swap"]
+        if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(p, str) and p for p in pair) and pair[0] != pair[1]):
+            raise ValueError(f'{label}: "swap" takes two different leaf names, got {pair!r}')
+        return Transform(kind, tuple(pair), label=label)
+    target = _text(rule, kind, label)
+    if kind == "zero_bias":
+        return Transform(kind, target, label=label)
+    blocks = rule.get("blocks", 2)
+    if type(blocks) is not int or blocks < 2:
+        raise ValueError(f'{label}: "blocks" must be a whole number of at least 2, got {blocks!r}')
+    order = rule.get("order")
+    if order is not None:
+        if not (isinstance(order, list) and sorted(order) == list(range(blocks)) and all(type(i) is int for i in order)):
+            raise ValueError(f'{label}: "order" must be a permutation of 0..{blocks - 1}, got {order!r}')
+        if order == list(range(blocks)):
+            raise ValueError(f'{label}: "order" {order!r} leaves every block in place: the transform does nothing')
+        order = tuple(order)
+    return Transform(kind, target, blocks, order, label)
 
 
 def presets() -> dict[str, KeyMap]:

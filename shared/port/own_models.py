@@ -69,7 +69,7 @@ def port_own(source, destination, torch_model: str | None = None, keras_model: s
     target32 = target_stack.build(factories[sides[1]], "float32", batch)
     with warnings.catch_warnings():  # its notes are printed with the report
         warnings.simplefilter("ignore")
-        conversion = convert(source32, target32, key_map)
+        conversion = convert(source32, target32, key_map, inputs=batch)
     check = _verify_in_float64(source_stack, source32, target_stack, target32, factories, sides, batch, key_map)
     with port_files.staged_beside(dst.path) as staged:
         target_stack.save_file(target32, staged, dst.format.name)
@@ -126,7 +126,7 @@ def _verify_in_float64(source_stack, source32, target_stack, target32, factories
         return check
     with warnings.catch_warnings():  # the float32 conversion has said it
         warnings.simplefilter("ignore")
-        convert(source64, target64, key_map)
+        convert(source64, target64, key_map, inputs=batch)
     return verify(source64, target64, batch, measured=(source32, target32))
 
 

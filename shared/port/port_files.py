@@ -8,6 +8,7 @@ import contextlib
 import dataclasses
 import importlib
 import importlib.util
+import json
 from pathlib import Path
 
 import numpy as np
@@ -39,12 +40,14 @@ FORMATS = {
 
 @dataclasses.dataclass(frozen=True)
 class Endpoint:
-    """A source or destination: its path (for parts, `{part: path}` too), format and layout."""
+    """A source or destination: its path (for parts, `{part: path}` too), format and layout; `named`: the user
+    named the layout (`--from FORMAT` for the catalogue's own, `--from PRESET`, `--key-map`)."""
 
     path: Path
     format: Format
     layout: KeyMap = layouts.IDENTITY
     parts: dict[str, Path] | None = None
+    named: bool = False
 
     def describe(self) -> str:
         layout = f", layout {self.layout.name}" if self.layout.name else ""
@@ -76,10 +79,15 @@ def endpoint(text, named: str | None = None, key_map: str | None = None, destina
         if layout.name:
             raise ValueError(f"pass a preset (--from {layout.name}) or --key-map, not both")
         layout = layouts.load(key_map)
+    if layout.format is not None and layout.format not in FORMATS:
+        raise ValueError(f'{layout.where}: "format" {layout.format!r} is not one of {", ".join(FORMATS)}')
     fmt = fmt or (FORMATS[layout.format] if layout.format else None) or _detect(path, destination)
     if parts and fmt.name not in ("tf_checkpoint", "keras_weights"):
         raise ValueError(f"{text}: a source in parts is read from TensorFlow checkpoints or Keras .weights.h5 files")
-    return Endpoint(path, fmt, layout, parts)
+    if layout.renames and not fmt.keyed:
+        raise ValueError(f"{layout.where}: renames act on the keys of torch and safetensors files; a {fmt.description} "
+                         "is read by attribute path, in the catalogue's names already")  # fmt: skip
+    return Endpoint(path, fmt, layout, parts, named=named is not None or key_map is not None)
 
 
 def source_parts(text: str) -> dict[str, Path] | None:
@@ -122,13 +130,15 @@ def read_endpoint(end: Endpoint, stack, name: str, dtype: str | None, overrides:
     spec = catalogue.get(name)
     _check_exists(end)
     if end.format.keyed:
-        raw, state = _read_keyed(end.path, end.format, with_optimizer)
+        raw, state, saved = _read_keyed(end.path, end.format, with_optimizer)
         dtype = dtype or ("float64" if any(np.asarray(a).dtype == np.float64 for a in raw.values()) else "float32")
         weights = _cast(end.layout.to_catalogue(raw), dtype)
         state = _map_state(state, lambda arrays: _cast(end.layout.to_catalogue(arrays), dtype))
         shapes = {key: np.shape(value) for key, value in weights.items()}
         inferred = {k: v for k, v in catalogue.sizes_from_weights(spec, shapes).items() if k not in overrides}
         config = catalogue.resolve_config(spec, dtype, {**inferred, **end.layout.config, **overrides})
+        if saved is not None and end.layout.identity:
+            config = _saved_config(end.path, saved, name, config, overrides)
         return Read(weights, state, config, inferred, dtype)
     inferred = _checkpoint_sizes(end, stack, name, overrides) if end.format.name == "tf_checkpoint" else {}
     config = catalogue.resolve_config(spec, dtype or "float32", {**inferred, **end.layout.config, **overrides})
@@ -162,18 +172,48 @@ def _check_exists(end: Endpoint) -> None:
             raise ValueError(f"{path}: no such file")
 
 
-def _read_keyed(path: Path, fmt: Format, with_optimizer: bool) -> tuple[dict, dict | None]:
-    """A torch or safetensors file's arrays and Adam state, keyed by the file's own names."""
+def _read_keyed(path: Path, fmt: Format, with_optimizer: bool) -> tuple[dict, dict | None, dict | None]:
+    """A torch or safetensors file's arrays and Adam state, keyed by the file's own names, and the model and
+    config a port wrote into a safetensors file's metadata (else None)."""
     if fmt.name == "torch":
-        return importlib.import_module("torch_impl.train").read_arrays(path, with_optimizer)
+        return (*importlib.import_module("torch_impl.train").read_arrays(path, with_optimizer), None)
     tensors, metadata = safetensors_io.load(path)
     weights = optimizer_state.weights_without_optimizer(tensors)
+    saved = {key: metadata[key] for key in ("model", "config") if key in metadata} if "config" in metadata else None
     if not with_optimizer:
-        return weights, None
+        return weights, None, saved
     state = optimizer_state.optimizer_from_tensors(tensors, metadata)
     if state is None:
         raise ValueError(f"{path}: holds no optimizer state (exp_avg/<key>, exp_avg_sq/<key>, optimizer_step)")
-    return weights, state
+    return weights, state, saved
+
+
+def _saved_config(path: Path, saved: dict, name: str, config: dict, overrides: dict) -> dict:
+    """The config a safetensors file names (as a `.keras` file does): the model must be `name`, every
+    `--set` must agree with it."""
+    try:
+        stored = json.loads(saved["config"])
+    except json.JSONDecodeError:
+        raise ValueError(f"{path}: its metadata's config is not JSON") from None
+    if saved.get("model") != name:
+        raise ValueError(f"{path}: holds model {saved.get('model')!r}, not {name!r}")
+    stored = catalogue.resolve_config(catalogue.get(name), "float32", stored) if isinstance(stored, dict) else None
+    if stored is None:
+        raise ValueError(f"{path}: its metadata's config is not an object of {name}'s options")
+    differ = [f"{key}={stored[key]!r}" for key in overrides if stored[key] != config[key]]
+    if differ:
+        raise ValueError(f"{path}: saved with {', '.join(differ)}; drop those --set")
+    return {**config, **stored}
+
+
+def read_weights(path) -> dict[str, np.ndarray]:
+    """The canonical arrays of a `.pt` or `.safetensors` file (its optimizer state left out), for
+    `stack.set_weights(model, read_weights(path))`."""
+    path = Path(path)
+    fmt = _detect(path, destination=False)
+    if not fmt.keyed:
+        raise ValueError(f"{path}: read_weights reads .pt and .safetensors files; load a {fmt.description} with its stack")
+    return _read_keyed(path, fmt, with_optimizer=False)[0]
 
 
 def _map_state(state: dict | None, mapping) -> dict | None:
@@ -190,7 +230,7 @@ def read(stack, path, fmt: Format, name: str, config: dict, dtype: str, with_opt
     if fmt.name == "keras":
         return _read_keras(stack, Path(path), name, config, with_optimizer)
     if fmt.keyed:
-        weights, state = _read_keyed(Path(path), fmt, with_optimizer)
+        weights, state, _ = _read_keyed(Path(path), fmt, with_optimizer)
         model = stack.build(name, dtype, **config)
         stack.set_weights(model, weights)
         return model, state
@@ -214,6 +254,8 @@ def write_endpoint(end: Endpoint, path: Path, stack, name: str, config: dict, dt
         importlib.import_module("torch_impl.train").write_arrays(path, file_weights, file_state)
     elif end.format.name == "safetensors":
         metadata = {"model": name, "document": catalogue.get(name).document, "written_by": "rosetta port"}
+        if end.layout.identity:  # the catalogue model's file names its config, as a .keras file does
+            metadata["config"] = json.dumps(config, sort_keys=True)
         if file_state is not None:
             moments, optimizer_metadata = optimizer_state.optimizer_tensors(file_state)
             file_weights, metadata = {**file_weights, **moments}, {**metadata, **optimizer_metadata}

@@ -28,7 +28,7 @@ import numpy as np
 from shared import catalogue
 from shared.core import optimizer_state
 from shared.io import atomic
-from shared.port import references
+from shared.port import ambiguity, loading, references
 from shared.port.conversion import convert, verify  # your own model: the public converter (shared/port/conversion.py)
 from shared.port.layouts import KeyMap
 from shared.port.port_files import (
@@ -66,6 +66,10 @@ VERIFY_SIZES = Sizes(batch=3, src_len=7, tgt_len=6)  # the fixture sentences of 
 
 @dataclasses.dataclass
 class PortReport:
+    """What a port did. `also_fits`: the other layouts the source file fits, each with what differs from the
+    one read (their functions differ); `user_model_ran`: the user's own model was compared (--reference, a
+    `.keras` source); `load`: the Python line that loads the written file into the model it computes."""
+
     source: Endpoint
     destination: Endpoint
     model: str
@@ -74,6 +78,9 @@ class PortReport:
     weights: int
     values: int
     checks: list[Check]
+    also_fits: list[ambiguity.Fit] = dataclasses.field(default_factory=list)
+    user_model_ran: bool = False
+    load: str = ""
 
     @property
     def components(self) -> list[Component]:
@@ -116,6 +123,10 @@ def port(source, destination, model: str | None = None, to: str | None = None, f
     stacks = import_stacks(*names)
     source_stack, destination_stack = (stacks[stack] for stack in names)
     found = read_endpoint(src, source_stack, name, dtype, overrides or {}, with_optimizer)
+    user_model_ran = reference is not None or src.format.name == "keras"
+    also_fits = ambiguity.other_layouts(src, source_stack, name, overrides or {}, found)
+    if also_fits and not (src.named or user_model_ran):
+        raise ValueError(ambiguity.refusal(src, also_fits))
     dtype = found.dtype
     config = _destination_config(dst.layout, found.config)
     state_copies = 3 if found.state else 1  # the weights, and Adam's two moments of each
@@ -127,7 +138,8 @@ def port(source, destination, model: str | None = None, to: str | None = None, f
         checks = _checks(models, dtype, found, back, inputs)
         checks += _reference_checks(models, src, dataclasses.replace(dst, path=staged), reference)
         report = PortReport(src, dst, name, config, found.inferred, len(found.weights),
-                            sum(np.size(array) for array in found.weights.values()), checks)  # fmt: skip
+                            sum(np.size(array) for array in found.weights.values()), checks, also_fits, user_model_ran,
+                            loading.load_line(dst, name, config, dtype, found.state is not None))  # fmt: skip
         if report.ok:
             move_into_place(staged, dst.path, force)
         return report
@@ -151,8 +163,8 @@ def _destination_config(layout: KeyMap, config: dict) -> dict:
     if differ:
         have = ", ".join(f"{key}={config.get(key)!r}" for key in layout.config)
         hint = " ".join(f"--set {key}={json.dumps(value)}" for key, value in layout.config.items())
-        raise ValueError(f"layout {layout.name} needs {', '.join(differ)}; the source has {have} (a weights file "
-                         f"names no options: if its model was built so, pass {hint})")  # fmt: skip
+        raise ValueError(f"layout {layout.title} writes the model built with {', '.join(differ)}; the source has {have} "
+                         f"(a .pt file names no options: if its model was built so, pass {hint})")  # fmt: skip
     return config
 
 
@@ -277,15 +289,23 @@ def load_inputs(path) -> dict[str, np.ndarray]:
 
 
 def render(report: PortReport) -> str:
-    """What `rosetta port` prints: the port and its config, then each check, one line per component."""
+    """What `rosetta port` prints: the port, its layouts and config, each check (one line per component), the
+    verdict, and the line that loads the written file into the model it computes."""
     lines = [
         f"{report.source.describe()} -> {report.destination.describe()}: model {report.model}, "
         f"{report.weights} weights, {report.values:,} values",
     ]
     if report.inferred:
         lines.append("sizes read from the file: " + ", ".join(f"{key}={value}" for key, value in report.inferred.items()))
+    lines += [f"layout {end.layout.title}: {end.layout.describe()}" for end in (report.source, report.destination)
+              if end.layout.describe()]  # fmt: skip
+    lines += ambiguity.notes(report.source, report.also_fits, report.user_model_ran)
     for check in report.checks:
         lines += render_check(check)
     failure = report.first_failure
-    lines.append("ported." if failure is None else f"not ported: {failure[1].where()} differs (nothing written)")
+    if failure is not None:
+        lines.append(f"not ported: {failure[1].where()} differs (nothing written)")
+        return "\n".join(lines)
+    lines.append(ambiguity.verdict(report.source, report.also_fits, report.user_model_ran))
+    lines.append(f"load it: {report.load}")
     return "\n".join(lines)

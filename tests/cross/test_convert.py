@@ -59,16 +59,16 @@ def test_every_zoo_model_ports_both_ways(name, source, target, dtype):
     assert _worst(check) <= BOUNDS[dtype], conversion.render()
 
 
-def test_a_sequential_pairs_by_order_and_names_every_pair():
+def test_a_sequential_pairs_by_kind_and_shape_and_names_every_pair():
     keras.backend.clear_session()  # Keras's auto names count from zero again
     src, dst = _build("torch", "bilstm_tagger", "float64"), _build("tf", "bilstm_tagger", "float64")
     with pytest.warns(UserWarning, match="training is not"):
         conversion = convert(src, dst)
     assert [(p.source.path, p.target.path, p.how) for p in conversion.pairs] == [
-        ("word_embeddings", "embedding", "order"),
-        ("lstm[0]", "bidirectional", "order"),
-        ("lstm[1]", "bidirectional_1", "order"),
-        ("hidden2tag", "dense", "order"),
+        ("word_embeddings", "embedding", "kind and shape"),  # each the only candidate of its kind and shapes
+        ("lstm[0]", "bidirectional", "kind and shape"),
+        ("lstm[1]", "bidirectional_1", "kind and shape"),
+        ("hidden2tag", "dense", "kind and shape"),
     ]
     assert conversion.weights == 19 and "summed" in conversion.render()
 
@@ -192,11 +192,20 @@ def _mlp() -> keras.Model:
     return keras.Sequential([keras.Input((4,)), keras.layers.Dense(HIDDEN, activation="relu"), keras.layers.Dense(2)])
 
 
+def test_layers_registered_in_another_order_pair_by_their_shapes():
+    keras.backend.clear_session()
+    src, dst = _Swapped().double(), keras_side.build(_mlp, "float64")
+    conversion = convert(src, dst)
+    assert [(p.source.path, p.target.path, p.how) for p in conversion.pairs] == [
+        ("head", "dense_1", "kind and shape"), ("body", "dense", "kind and shape")]  # fmt: skip
+    assert verify(src, dst, np.random.default_rng(0).normal(size=(3, 4))).ok
+
+
 def test_pairs_that_do_not_fit_are_listed_with_a_key_map_proposed_that_then_ports():
     keras.backend.clear_session()
     src, dst = _Swapped().double(), keras_side.build(_mlp, "float64")
     with pytest.raises(ValueError, match=r"mis-shaped pairs: head \(Linear\) -> dense \(Dense\)") as error:
-        convert(src, dst)
+        convert(src, dst, key_map={"head": "dense", "body": "dense_1"})  # a wrong key map
     proposal = json.loads(str(error.value).split("--key-map): ")[1])
     assert proposal == {"head": "dense_1", "body": "dense"}
     conversion = convert(src, dst, key_map=proposal)

@@ -97,9 +97,22 @@ def test_a_rename_only_key_map_is_refused_against_the_users_model(tmp_path, caps
     assert "not ported: logits differs" in capsys.readouterr().out
 
 
-def test_a_legacy_checkpoint_read_with_the_2024_preset_is_refused_with_renames_proposed(tmp_path, capsys):
+def test_a_legacy_checkpoint_read_with_the_2024_preset_is_refused_naming_the_renames_that_do_not_apply(tmp_path, capsys):
     _trained_trevett(trevett_nmt3_legacy, tmp_path / "tut3-model.pt")
     assert rosetta(["port", str(tmp_path / "tut3-model.pt"), str(tmp_path / "o.keras"), "--from", "trevett-nmt3"]) == 2
+    err = capsys.readouterr().err
+    assert "renames[3] (prefix 'decoder.attention.attn_fc.' -> 'decoder.attention.fc1.')" in err
+    assert "renames[4] (prefix 'decoder.attention.v_fc.' -> 'decoder.attention.fc2.') renames no key of the file" in err
+    assert not (tmp_path / "o.keras").exists()
+
+
+def test_renames_alone_onto_a_file_of_other_names_are_refused_with_renames_proposed(tmp_path, capsys):
+    _trained_trevett(trevett_nmt3_legacy, tmp_path / "tut3-model.pt")
+    key_map = {"model": "bahdanau_bigru", "config": {"attention_bias": False},
+               "renames": [{"prefix": "encoder.embedding.", "to": "encoder.embed."}]}  # fmt: skip
+    (tmp_path / "one.json").write_text(json.dumps(key_map))
+    argv = ["port", str(tmp_path / "tut3-model.pt"), str(tmp_path / "o.keras"), "--key-map", str(tmp_path / "one.json")]
+    assert rosetta(argv) == 2
     err = capsys.readouterr().err
     assert "unexpected keys: decoder.attention.attn.bias" in err
     assert '{"prefix": "decoder.attention.attn.", "to": "decoder.attention.fc1."}' in err
@@ -188,13 +201,13 @@ def test_the_help_lists_the_presets(capsys):
 def test_key_map_transforms_invert():
     rng = np.random.default_rng(0)
     arrays = {"a.weight": rng.standard_normal((3, 6)), "a.bias": rng.standard_normal(3), "b.weight": rng.standard_normal((3, 6)),
-              "c.weight": rng.standard_normal((2, 4))}  # fmt: skip
+              "b.bias": rng.standard_normal(3), "c.weight": rng.standard_normal((2, 4))}  # fmt: skip
     key_map = layouts.parse({"renames": [{"prefix": "x.", "to": "a."}, {"regex": "^y\\.(.*)$", "to": "b.\\1",
                                           "inverse": {"regex": "^b\\.(.*)$", "to": "y.\\1"}}],
                              "transforms": [{"swap_column_blocks": "a.weight", "blocks": 3, "order": [2, 0, 1]},
                                             {"swap": ["a", "b"]}, {"zero_bias": "c"}]}, "test")  # fmt: skip
     file_arrays = key_map.from_catalogue({**arrays, "c.bias": np.zeros(2)})
-    assert set(file_arrays) == {"x.weight", "y.bias", "y.weight", "c.weight"}  # a and b traded places
+    assert set(file_arrays) == {"x.weight", "x.bias", "y.bias", "y.weight", "c.weight"}  # a and b traded places
     back = key_map.to_catalogue(file_arrays)
     assert all(np.array_equal(back[key], value) for key, value in arrays.items()) and not back["c.bias"].any()
     assert not np.array_equal(file_arrays["x.weight"], arrays["b.weight"])  # the blocks did move

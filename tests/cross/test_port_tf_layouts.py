@@ -20,6 +20,7 @@ import torch
 import torch_impl
 from shared.cli import main as rosetta
 from shared.port import porting
+from tests.printed import load_as_printed
 from tests.tutorials import tf_nmt_writer as writer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,15 +51,19 @@ def test_a_tutorial_checkpoint_ports_each_way_and_matches_the_tutorials_model(re
     preset = f"tf-nmt-{revision}"
     report = porting.port(folder / "training_checkpoints", tmp_path / "nmt.pt", source_format=preset)
     assert report.ok, porting.render(report)
-    assert report.config["w1_on_query"] is (revision == "2021") and report.inferred["units"] == writer.SIZES["units"]
+    # both revisions port into the catalogue's default model: 2021's W1 and W2 trade places on the way
+    assert report.config["w1_on_query"] is False and report.inferred["units"] == writer.SIZES["units"]
     own = report.checks[-1]
     assert own.dtype == "float64" and preset in own.title and max(c.max_abs for c in own.components) < 1e-12
     expected = _expected(folder)
-    ported = _torch_logits(tmp_path / "nmt.pt", report.config, expected)
-    assert np.abs(ported - expected["logits"]).max() < 1e-5  # the tutorial's own forward pass, float32
+    as_printed = load_as_printed(porting.render(report))  # the line the port prints, run as a user pastes it
+    ported = torch_impl.run(as_printed, "tf_tutorial", {"src": expected["src"], "tgt_in": expected["tgt_in"]})["logits"]
+    error = np.abs(ported - expected["logits"]).max()
+    assert error < 1e-7  # the tutorial's own forward pass, float32 (logits of magnitude 1e-2 here)
+    other = _torch_logits(tmp_path / "nmt.pt", {**report.config, "w1_on_query": True}, expected)
+    assert np.abs(other - expected["logits"]).max() > 100 * max(error, 1e-8)  # negative control: a model the line does not name
 
-    options = {"w1_on_query": revision == "2021"}  # a .pt names no options: said as --set says them
-    back = porting.port(tmp_path / "nmt.pt", tmp_path / "training_checkpoints", to=preset, overrides=options)  # and back
+    back = porting.port(tmp_path / "nmt.pt", tmp_path / "training_checkpoints", to=preset)  # and back
     assert back.ok and preset in back.checks[-1].title, porting.render(back)
     encoder, decoder = writer.build(writer.load_tutorial(revision))
     status = tf.train.Checkpoint(encoder=encoder, decoder=decoder).restore(
@@ -81,6 +86,29 @@ def test_the_2021_tutorial_read_with_the_2020_preset_is_refused_against_the_user
     capsys.readouterr()
 
 
+def test_a_checkpoint_that_fits_both_revisions_is_named_as_such_and_never_ported_bare(keras3, tmp_path, capsys):
+    """The 2020 and 2021 tutorials' checkpoints hold the same names and shapes: unnamed, the port is refused
+    naming both; named, it is accepted with a line saying what else the file fits; only the user's own model
+    (--reference) earns a bare `ported.`."""
+    source, reference = keras3 / "2021-adam" / "training_checkpoints", "tests.cross.test_port_tf_layouts:reference_2021"
+    argv = ["port", str(source), str(tmp_path / "nmt.pt")]
+    assert rosetta([*argv, "--model", "tf_tutorial"]) == 2
+    err = capsys.readouterr().err
+    assert "the file fits 2 layouts whose models compute different functions" in err
+    assert "the catalogue's own layout and tf-nmt-2020" not in err  # the layout read is the catalogue's own ...
+    assert "tf-nmt-2021 (other arrays in decoder.attention.W1, decoder.attention.W2)" in err  # ... the other one
+    assert "--from tf_checkpoint for the catalogue's own layout, --from tf-nmt-2021" in err and "--reference" in err
+    assert not (tmp_path / "nmt.pt").exists()
+    assert rosetta([*argv, "--from", "tf-nmt-2020"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "the file also fits tf-nmt-2021 (other arrays in decoder.attention.W1, decoder.attention.W2)" in out[2]
+    assert "ported." not in out and out[-2].startswith("ported as tf-nmt-2020, the layout you named (the file fits tf-nmt-2021")
+    assert rosetta([*argv, "--from", "tf-nmt-2021", "--reference", reference, "--force"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "the file also fits the catalogue's own layout and tf-nmt-2020" in out[3] and "decides" in out[3]
+    assert out[-2] == "ported."  # the user's own model was compared (float64, the 2021 tutorial's classes)
+
+
 def test_a_swap_key_map_reads_the_2021_tutorial_into_the_2020_model(keras3, tmp_path):
     """W1 and W2 trade places: the 2021 function in document 004's own config (w1_on_query=False)."""
     swap = {"swap": ["decoder.attention.W1", "decoder.attention.W2"]}
@@ -97,7 +125,7 @@ def test_part_files_port_and_a_single_part_says_what_is_missing(keras2, keras3, 
     parts = keras2 / "2021-legacy_adam" / "parts"
     source = f"encoder={parts / 'enc'},decoder={parts / 'dec'}"
     assert rosetta(["port", source, str(tmp_path / "a.pt"), "--from", "tf-nmt-2021"]) == 0
-    assert "ported." in capsys.readouterr().out
+    assert "ported as tf-nmt-2021, the layout you named" in capsys.readouterr().out
     h5 = keras3 / "2020-adam" / "parts"
     source = f"encoder={h5 / 'encoder.weights.h5'},decoder={h5 / 'decoder.weights.h5'}"
     sets = [f"--set={key}={value}" for key, value in writer.SIZES.items()]  # .weights.h5 names no sizes

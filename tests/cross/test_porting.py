@@ -78,7 +78,8 @@ def test_the_covering_ports_cover_every_model_and_direction():
 def test_every_model_ports_in_every_direction_and_verifies(tmp_path, name, source, destination):
     src, dst = tmp_path / f"m{SUFFIXES[source]}", tmp_path / f"out{SUFFIXES[destination]}"
     weights = _write_source(name, source, src)
-    report = porting.port(src, dst, name, to=destination, overrides=_overrides(name))
+    # the format named: a TF checkpoint of tf_tutorial also fits the 2021 tutorial's layout, refused unnamed
+    report = porting.port(src, dst, name, to=destination, overrides=_overrides(name), source_format=source)
     assert report.ok, porting.render(report)
     names = [component.name for component in report.components]
     assert ("context" if catalogue.get(name).interface == "attention" else "logits") in names
