@@ -26,10 +26,10 @@ def load_line(dst: Endpoint, name: str, config: dict, dtype: str, with_state: bo
     path = repr(str(dst.path))
     if dst.layout.reference is not None:
         module, _, builder = dst.layout.reference.partition(":")
-        return (f"with {dst.layout.title}'s own code ({dst.layout.source}); our transcription of it: "
-                f"import {module}; model = {module}.{builder}({path})")  # fmt: skip
+        return (f"import {module}; model = {module}.{builder}({path})  # {dst.layout.title}'s own classes, as our "
+                f"transcription of them loads it ({dst.layout.source})")  # fmt: skip
     if not dst.layout.identity:
-        return f"with the code whose layout {dst.layout.title} describes"
+        return f"None  # with the code whose layout {dst.layout.title} describes: its model, not the catalogue's"
     fmt = dst.format.name
     if fmt == "keras":
         return f"import tf_impl.train; model, _ = tf_impl.train.load_keras({path})"

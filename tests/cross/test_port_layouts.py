@@ -19,6 +19,7 @@ import torch_impl
 from shared import catalogue
 from shared.cli import main as rosetta
 from shared.port import layouts, porting
+from tests.printed import load_as_printed
 from tests.tutorials import trevett_nmt3_2024, trevett_nmt3_legacy
 
 REVISIONS = {"trevett-nmt3": trevett_nmt3_2024, "trevett-nmt3-legacy": trevett_nmt3_legacy}
@@ -76,6 +77,8 @@ def test_a_trevett_checkpoint_ports_each_way_and_matches_the_notebooks_model(tmp
     again = module.build(**trevett_nmt3_2024.SIZES)
     again.load_state_dict(torch.load(tmp_path / "back.pt"))  # strict: the notebook's own keys
     assert all(torch.equal(a, b) for a, b in zip(again.state_dict().values(), user.state_dict().values(), strict=True))
+    as_printed = load_as_printed(porting.render(back))  # "load it: ... torch_impl.references.trevett_nmt3('back.pt')"
+    assert all(torch.equal(a, b) for a, b in zip(as_printed.state_dict().values(), user.state_dict().values(), strict=True))
     assert np.abs(_notebook_logits(module, again, batch) - ported).max() < 1e-4
 
 
@@ -213,3 +216,52 @@ def test_key_map_transforms_invert():
     assert not np.array_equal(file_arrays["x.weight"], arrays["b.weight"])  # the blocks did move
     with pytest.raises(ValueError, match="reads files only"):
         layouts.parse({"renames": [{"regex": "^y$", "to": "b"}]}, "test").from_catalogue({"b": np.zeros(1)})
+
+
+BAD_ENTRIES = {  # an entry that does nothing or half of what it says -> the error naming it
+    "swap of a missing leaf": (
+        {"transforms": [{"swap": ["decoder.attention.fc1", "decoder.attention.W9"]}]},
+        "transforms[1]: no key under decoder.attention.W9.",
+    ),
+    "swap of leaves that differ": (
+        {"transforms": [{"swap": ["decoder.attention.fc1", "decoder.fc"]}]},
+        "do not hold the same arrays and shapes",
+    ),
+    "zero_bias of a missing leaf": (
+        {"transforms": [{"zero_bias": "decoder.attention.fc9"}]},
+        "transforms[1]: no decoder.attention.fc9.weight",
+    ),
+    "zero_bias where the file has one": ({"transforms": [{"zero_bias": "decoder.fc"}]}, "decoder.fc.bias is there already"),
+    "blocks of a missing key": ({"transforms": [{"swap_column_blocks": "encoder.fc9.weight"}]}, "no encoder.fc9.weight"),
+    "blocks that do not divide": (
+        {"transforms": [{"swap_column_blocks": "decoder.fc.weight", "blocks": 4}]},
+        "has no 4 equal column blocks",
+    ),
+    "an order that is no permutation": ({"order": [0, 0]}, '"order" must be a permutation of 0..1, got [0, 0]'),
+    "an order that moves nothing": ({"order": [0, 1]}, "leaves every block in place"),
+    "a rename of nothing": (
+        {"renames": [{"prefix": "decoder.nothing.", "to": "decoder.x."}]},
+        "renames[6] (prefix 'decoder.nothing.' -> 'decoder.x.') renames no key of the file",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", BAD_ENTRIES)
+def test_a_key_map_entry_that_does_nothing_or_half_is_refused_naming_it(tmp_path, capsys, case):
+    """Negative control beside each: the preset as shipped reads the same file (key map entries were
+    skipped without a word before, and an order [0, 0] wrote one block twice)."""
+    _trained_trevett(trevett_nmt3_2024, tmp_path / "m.pt")
+    preset = json.loads((layouts.PRESETS_DIR / "trevett-nmt3.json").read_text())
+    arrays = {key: value.numpy() for key, value in torch.load(tmp_path / "m.pt").items()}
+    assert layouts.parse(preset, "preset").to_catalogue(arrays)  # the good map reads the file
+    change, message = BAD_ENTRIES[case]
+    bad = dict(preset)
+    if "order" in change:
+        bad["transforms"] = [{**preset["transforms"][0], "order": change["order"]}]
+    else:
+        for field, entries in change.items():
+            bad[field] = [*preset[field], *entries]
+    (tmp_path / "bad.json").write_text(json.dumps(bad))
+    err = _error(capsys, [str(tmp_path / "m.pt"), str(tmp_path / "o.keras"), "--key-map", str(tmp_path / "bad.json")])
+    assert message in err and str(tmp_path / "bad.json") in err, err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "o.keras").exists()

@@ -22,6 +22,7 @@ from shared.port import port_files, porting
 from shared.verify import fixtures
 from shared.verify.equality import assert_close
 from shared.verify.training import EQUALITY_SPEC, _train_steps, fixture_trainer, train_fixture
+from tests.printed import load_as_printed, load_line
 from tf_impl.train import load_keras, save_keras
 from tf_impl.train import save_native as save_keras_weights
 from torch_impl.train import save_native as save_torch
@@ -357,3 +358,51 @@ def test_a_keras_file_names_its_model_and_config(tmp_path, capsys):
     err = _port_error(tmp_path, capsys, [str(tmp_path / "code.keras"), str(tmp_path / "o.pt"), "--model", name, *sets])
     assert "not a loadable .keras file" in err and "safe_mode" in err  # a lambda's bytecode is refused, never run
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.keras", "code.keras", "m.keras", "plain.keras"]
+
+
+# ---- every port says what to build: the printed line, run as printed, computes the user's function ----
+
+
+def _feeding_user_model(path) -> dict:
+    """Document 004's model built with a non-default option (feed_state=True), golden weights, saved as the
+    user's `.keras` file (which names its config); its config."""
+    name = "tf_tutorial"
+    config = {**_overrides(name), "feed_state": True}
+    user = tf_impl.build(name, "float32", **config)
+    tf_impl.set_weights(user, {key: np.asarray(value, np.float32) for key, value in fixtures.load_golden(name).weights.items()})
+    save_keras(user, path)
+    return config
+
+
+@pytest.mark.parametrize("destination", list(SUFFIXES))
+def test_every_port_ends_with_the_line_that_loads_it_into_the_model_it_computes(tmp_path, destination):
+    """A .pt, .weights.h5 or TF checkpoint names no config: the printed line must build the model with
+    feed_state=True. Run as printed, it computes the user's function; the catalogue's default model holding
+    the same weights does not (negative control)."""
+    name = "tf_tutorial"
+    _feeding_user_model(tmp_path / "user.keras")
+    report = porting.port(tmp_path / "user.keras", tmp_path / f"out{SUFFIXES[destination]}", name, to=destination)
+    printed = porting.render(report)
+    assert report.ok, printed
+    assert ("feed_state=True" in load_line(printed)) is (destination != "keras")  # a .keras file names it itself
+    model = load_as_printed(printed)
+    stack = torch_impl if destination in ("torch", "safetensors") else tf_impl
+    batch = porting.verification_batch(name, report.config)
+    expected = tf_impl.run(load_keras(tmp_path / "user.keras")[0], name, batch)["logits"]  # the user's model
+    error = np.abs(stack.run(model, name, batch)["logits"] - expected).max()
+    assert error < 1e-5
+    default = stack.build(name, "float32", **{**report.config, "feed_state": False})
+    stack.set_weights(default, stack.get_weights(model))
+    assert np.abs(stack.run(default, name, batch)["logits"] - expected).max() > 100 * max(error, 1e-7)
+
+
+def test_a_ported_safetensors_file_carries_its_config(tmp_path, capsys):
+    """A port's canonical safetensors names its model and config (as a .keras file does): ported on, the
+    option arrives without --set; a --set that contradicts it is refused."""
+    _feeding_user_model(tmp_path / "user.keras")
+    porting.port(tmp_path / "user.keras", tmp_path / "a.safetensors", "tf_tutorial")
+    report = porting.port(tmp_path / "a.safetensors", tmp_path / "b.pt", "tf_tutorial")
+    assert report.ok and report.config["feed_state"] is True and "feed_state=True" in load_line(porting.render(report))
+    err = _port_error(tmp_path, capsys, [str(tmp_path / "a.safetensors"), str(tmp_path / "c.pt"), "--model", "tf_tutorial",
+                                         "--set", "feed_state=false"])  # fmt: skip
+    assert "a.safetensors: saved with feed_state=True; drop those --set" in err and not (tmp_path / "c.pt").exists()
