@@ -99,7 +99,7 @@ def _train(args) -> int:
     from dataclasses import replace
 
     from shared import data
-    from shared.train import runner, runs
+    from shared.train import runs
 
     if args.skip_without_data and _no_data(args):
         print(f"rosetta: {args.model} skipped: no data folder (--data-dir or {data.ENV_VAR})")
@@ -117,13 +117,25 @@ def _train(args) -> int:
                 "checkpoint_every": args.checkpoint_every}  # fmt: skip
     settings = {key: value for key, value in settings.items() if value is not None}
     run_dir = Path(args.run_dir or f"runs/{args.model}")
-    if args.resume and (run_dir / runs.RUN_FILE).is_file():  # the run as it was started: its own settings
-        run = runs.load_run(run_dir)
-        if run.model != args.model:
-            raise ValueError(f"{run_dir} is a run of {run.model}, not {args.model}")
-    else:
-        sizes, options = _key_values(args.set, "--set"), _key_values(args.data_option, "--data-option")
-        run = runs.create_run(run_dir, args.model, args.data_dir, sizes, options, spec=spec, dtype=args.dtype, **settings)
+    if args.force and args.resume:
+        raise ValueError("--force starts the run again, --resume continues it: pass one")
+    if args.resume and not (run_dir / runs.RUN_FILE).is_file():
+        raise ValueError(f"{run_dir}: nothing to resume (no {runs.RUN_FILE} there); start the run without --resume")
+    sizes, options = _key_values(args.set, "--set"), _key_values(args.data_option, "--data-option")
+    with runs.run_folder(run_dir):  # one rosetta train per folder: a second one is refused, naming the first
+        if args.resume:  # the run as it was started: its own settings
+            run = runs.load_run(run_dir)
+            if run.model != args.model:
+                raise ValueError(f"{run_dir} is a run of {run.model}, not {args.model}")
+        else:
+            run = runs.create_run(run_dir, args.model, args.data_dir, sizes, options, spec=spec, dtype=args.dtype, **settings)
+        return _train_stacks(args, run_dir, run)
+
+
+def _train_stacks(args, run_dir: Path, run) -> int:
+    """Each stack of `rosetta train` in its own process (one stack: in this one)."""
+    from shared.train import runner
+
     stacks = list(STACKS) if args.stack == "both" else [args.stack]
     if args.prepare:
         train_command = f"python -m shared.train.runner {run_dir} STACK"

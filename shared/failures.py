@@ -10,6 +10,7 @@ import sys
 from collections.abc import Callable, Iterator
 
 EXIT_FAILED = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports Ctrl-C
 DEBUG_VARIABLE = "ROSETTA_DEBUG"
 _MEMORY_WORDS = ("out of memory", "can't allocate", "cannot allocate", "failed to allocate", "oom when allocating")
 _ERRNO_WORDS = {
@@ -59,9 +60,15 @@ def debug_environment(debug: bool) -> Iterator[None]:
 
 
 def guarded(command: Callable[[], int], prog: str, debug: bool = False) -> int:
-    """Run `command`; an exception becomes one line on stderr and EXIT_FAILED (raised as it is when debugging)."""
+    """Run `command`; an exception becomes one line on stderr and EXIT_FAILED, Ctrl-C one line and
+    EXIT_INTERRUPTED (raised as they are when debugging)."""
     try:
         return command()
+    except KeyboardInterrupt:
+        if debug or os.environ.get(DEBUG_VARIABLE) == "1":
+            raise
+        print(f"{prog}: interrupted (what was finished before stays; nothing partial is left)", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except Exception as error:
         if debug or os.environ.get(DEBUG_VARIABLE) == "1":
             raise

@@ -91,8 +91,52 @@ class RunConfig:
 
     @classmethod
     def from_json(cls, record: dict, source: str) -> RunConfig:
+        """The run of a `run.json` record; one ValueError naming `source` and every field that is missing, unknown
+        or of the wrong type (a hand-edited `"epochs": "three"`)."""
         if not isinstance(record, dict) or record.get("format") != RUN_FORMAT:
             raise ValueError(f"{source} is not a {RUN_FORMAT} file")
         fields = {key: value for key, value in record.items() if key != "format"}
-        spec = fields.pop("spec")
-        return cls(**fields, spec=TrainSpec(**{**spec, "betas": tuple(spec["betas"])}))
+        spec = fields.get("spec")
+        problems = field_problems(cls, fields) + (field_problems(TrainSpec, spec, "spec.") if isinstance(spec, dict) else [])
+        if problems:
+            raise ValueError(f"{source}: {'; '.join(problems)}")
+        try:
+            return cls(**{**fields, "spec": TrainSpec(**{**spec, "betas": tuple(spec["betas"])})})
+        except ValueError as error:
+            raise ValueError(f"{source}: {error}") from None
+
+
+# a run.json field's annotation -> whether a JSON value fits it (bool is no number)
+_JSON_TYPES = {
+    "int": lambda value: type(value) is int,
+    "float": lambda value: type(value) in (int, float),
+    "str": lambda value: isinstance(value, str),
+    "dict": lambda value: isinstance(value, dict),
+    "None": lambda value: value is None,
+    "TrainSpec": lambda value: isinstance(value, dict),
+    "tuple[float, float]": lambda value: (
+        isinstance(value, list) and len(value) == 2 and all(type(v) in (int, float) for v in value)
+    ),
+}
+NOT_COUNTS = ("seed",)  # an int field that may be zero or negative
+
+
+def field_problems(cls, fields, prefix: str = "") -> list[str]:
+    """Each field of `fields` (a JSON object) that dataclass `cls` does not have, lacks, or types otherwise."""
+    if not isinstance(fields, dict):
+        return [f"{prefix.rstrip('.') or 'the record'} is not an object"]
+    known = {f.name: f for f in dataclasses.fields(cls)}
+    required = [
+        name for name, f in known.items() if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
+    problems = [f"{prefix}{name} is missing" for name in required if name not in fields]
+    problems += [f"{prefix}{name} is not a field" for name in fields if name not in known]
+    for name, value in fields.items():
+        annotation = known[name].type if name in known else None
+        if annotation is None:
+            continue
+        if not any(_JSON_TYPES[part](value) for part in annotation.split(" | ")):
+            problems.append(f"{prefix}{name} must be {annotation.replace(' | ', ' or ')}, got {value!r}")
+        elif type(value) is int and annotation.startswith("int") and name not in NOT_COUNTS and value <= 0:
+            problems.append(f"{prefix}{name} must be a positive count, got {value!r}")
+    return problems

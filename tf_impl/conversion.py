@@ -281,6 +281,11 @@ def load_file(model, path, fmt: str, factory=None, inputs=None):
     return model
 
 
+def _all_layers(model) -> list:
+    """Every layer under `model`, itself included."""
+    return [model, *model._flatten_layers(include_self=False)] if hasattr(model, "_flatten_layers") else [model]
+
+
 def save_file(model, path, fmt: str) -> None:
     """`model` as a `.keras` file (its config must serialize) or its weights as `.weights.h5`, atomically."""
     from tf_impl.train import save_keras, save_native
@@ -288,6 +293,10 @@ def save_file(model, path, fmt: str) -> None:
     if fmt == "keras_weights":
         save_native(model, path)
         return
+    code = [layer.name for layer in _all_layers(model) if isinstance(layer, keras.layers.Lambda)]
+    if code:
+        raise ValueError(f"your Keras model holds Lambda layers ({', '.join(code)}): a .keras file would keep their Python "
+                         "bytecode, which Keras loads only with safe_mode=False; write .weights.h5 instead")  # fmt: skip
     try:
         save_keras(model, path)
     except (TypeError, NotImplementedError) as error:

@@ -20,6 +20,9 @@ import tensorflow as tf
 
 from shared.port.references import Reference
 
+# what a key map may name (`"reference"`, `"runner"`): a key map is data, passed around like a checkpoint
+SHIPPED = ("tf_nmt_2020", "tf_nmt_2021", "run_tf_nmt")
+
 
 def in_float64(model, builder, source: str) -> tuple[object, str]:
     """The user's model built again in float64 from a widened copy of `source`; the float32 model where that

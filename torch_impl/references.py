@@ -23,6 +23,9 @@ from torch import nn
 from shared.core.taps import ENCODER_OUTPUTS, ENCODER_STATE
 from shared.port.references import ATTENTION_WEIGHTS, LOGITS
 
+# what a key map may name (`"reference"`, `"runner"`): a key map is data, passed around like a checkpoint
+SHIPPED = ("trevett_nmt3", "trevett_nmt3_legacy", "run_trevett_nmt3")
+
 
 class TrevettEncoder(nn.Module):
     """Notebook 3's `Encoder`: embedding, bidirectional GRU, `fc` over [forward final; backward final], tanh."""

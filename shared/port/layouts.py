@@ -48,6 +48,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
+import regex  # a match with a time limit: a pattern of nested repetition must not hang a port
 
 PRESETS_DIR = Path(__file__).parent / "presets"
 _TEXT_FIELDS = ("name", "description", "source", "model", "format", "reference", "runner")
@@ -57,6 +58,7 @@ _TRANSFORM_OPTIONS = {"swap_column_blocks": {"blocks", "order"}, "zero_bias": se
 # a key map is data: `reference` and `runner` may name only the tutorials' models this package ships
 SHIPPED_CODE = re.compile(r"(torch_impl|tf_impl)\.references:[A-Za-z_]\w*")
 SHOWN_KEYS = 6  # file keys quoted in an error
+MATCH_SECONDS = 1.0  # one regex rename on one key (a key map's patterns match 100-character keys in microseconds)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,7 +76,7 @@ class Rename:
         """The renamed key, or None where the rule does not match."""
         if not self.regex:
             return self.to + key[len(self.pattern) :] if key.startswith(self.pattern) else None
-        match = re.fullmatch(self.pattern, key)
+        match = _compiled(self.pattern).fullmatch(key, timeout=MATCH_SECONDS)
         return None if match is None else match.expand(self.to)
 
     def inverted(self, where: str) -> Rename:
@@ -185,10 +187,17 @@ def _rename(arrays: Mapping[str, np.ndarray], rules: tuple[Rename, ...], where: 
     return out
 
 
+def _compiled(pattern: str):
+    return regex.compile(pattern, regex.VERSION0)  # `re`'s syntax
+
+
 def _applied(rule: Rename, key: str, where: str) -> str | None:
     try:
         return rule.apply(key)
-    except (re.error, IndexError) as error:  # "to" names a group the regex lacks
+    except TimeoutError:
+        raise ValueError(f"{where}: {rule.describe()} ran past {MATCH_SECONDS:g} s on the key {key!r}: a pattern of nested "
+                         "repetition such as ([a-z_]+)* can take exponential time; write it without") from None  # fmt: skip
+    except (regex.error, IndexError) as error:  # "to" names a group the regex lacks
         raise ValueError(f'{where}: {rule.describe()}: its "to" cannot be filled ({error})') from None
 
 
@@ -344,15 +353,15 @@ def _parse_rename(rule, label: str) -> Rename:
         return Rename(_text(rule, "prefix", label), to, label=label)
     pattern = _text(rule, "regex", label)
     try:
-        compiled = re.compile(pattern)
-    except (re.error, RecursionError, OverflowError) as error:
+        compiled = _compiled(pattern)
+    except (regex.error, RecursionError, OverflowError) as error:
         raise ValueError(f"{label}: bad regex {pattern!r} ({error})") from None
     _check_groups(compiled, to, label)
     inverse = _parse_rename(rule["inverse"], f"{label}.inverse") if "inverse" in rule else None
     return Rename(pattern, to, regex=True, inverse=inverse, label=label)
 
 
-def _check_groups(compiled: re.Pattern, to: str, label: str) -> None:
+def _check_groups(compiled, to: str, label: str) -> None:
     """Every group `to` names (\\1, \\g<name>) must be one the regex has."""
     for number, name in re.findall(r"\\(?:g<(\w+)>|(\d+))", to):
         group = name or number

@@ -9,6 +9,7 @@ import dataclasses
 import importlib
 import importlib.util
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -84,10 +85,24 @@ def endpoint(text, named: str | None = None, key_map: str | None = None, destina
     fmt = fmt or (FORMATS[layout.format] if layout.format else None) or _detect(path, destination)
     if parts and fmt.name not in ("tf_checkpoint", "keras_weights"):
         raise ValueError(f"{text}: a source in parts is read from TensorFlow checkpoints or Keras .weights.h5 files")
+    flag = "--to" if destination else "--from"
+    _check_format_fits_name(parts or {"": path}, fmt, f"{flag} {named}" if named else f"--key-map {layout.where}", destination)
     if layout.renames and not fmt.keyed:
         raise ValueError(f"{layout.where}: renames act on the keys of torch and safetensors files; a {fmt.description} "
                          "is read by attribute path, in the catalogue's names already")  # fmt: skip
     return Endpoint(path, fmt, layout, parts, named=named is not None or key_map is not None)
+
+
+def _check_format_fits_name(paths: dict, fmt: Format, named: str, destination: bool) -> None:
+    """A file whose name shows another format than the one named (`--from tf-nmt-2020` on `model.pt`): one
+    error saying both, not a reader's confusion about what it did not find."""
+    for path in paths.values():
+        shown = next((other for other in FORMATS.values() if path.name.endswith(other.suffix)), None)
+        if shown is None or shown.name == fmt.name or not (destination or path.is_file()):
+            continue
+        verb = "writes" if destination else "reads"
+        raise ValueError(f"{path}: its name says {shown.description} ({shown.suffix}), but {named} {verb} "
+                         f"{fmt.description} files; name the format the file has")  # fmt: skip
 
 
 def source_parts(text: str) -> dict[str, Path] | None:
@@ -278,15 +293,43 @@ def write(stack, model, path: Path, fmt: Format, name: str, optimizer_state: dic
 @contextlib.contextmanager
 def staged_beside(path: Path):
     """A path of `path`'s name in a hidden temporary folder beside it, removed on the way out (whatever
-    was not moved into place with `move_into_place` goes with it)."""
+    was not moved into place with `move_into_place` goes with it). An error that names the hidden path is
+    raised naming `path`, the file the user asked for."""
     with atomic.staged(path, folder=True) as staging:
-        yield staging / path.name
+        try:
+            yield staging / path.name
+        except (ValueError, OSError) as error:
+            text = str(error)
+            if str(staging) not in text:
+                raise
+            raise ValueError(text.replace(str(staging / path.name), str(path)).replace(str(staging), str(path.parent))) from None
 
 
 def move_into_place(staged: Path, path: Path, force: bool = True) -> None:
-    """A verified file (or checkpoint folder) renamed over `path` (a folder there removed first); without
-    `force`, only if `path` is still free (of two racing ports one fails cleanly)."""
+    """A verified file (or checkpoint folder) renamed over `path` (a folder there, holding one TF checkpoint
+    and nothing else, removed first); without `force`, only if `path` is still free (of two racing ports one
+    fails cleanly)."""
+    if path.is_dir() and not path.is_symlink():
+        _check_replaceable_folder(path)  # again: a file may have been put there since the port began
     atomic.place(staged, path, replace=force)
+
+
+CHECKPOINT_FILE = re.compile(r"(?P<prefix>.+)\.(index|data-\d+-of-\d+)")
+
+
+def _check_replaceable_folder(path: Path) -> None:
+    """`--force` replaces a folder only where it holds one TF checkpoint (`checkpoint`, one prefix's `.index`
+    and `.data-*` files) and nothing else: never the user's other files, nor their other checkpoints."""
+    entries = sorted(path.iterdir())
+    files = {
+        entry.name: CHECKPOINT_FILE.fullmatch(entry.name) for entry in entries if entry.is_file() and entry.name != "checkpoint"
+    }
+    foreign = [entry.name for entry in entries if not entry.is_file()] + [name for name, match in files.items() if not match]
+    prefixes = sorted({match["prefix"] for match in files.values() if match})
+    if foreign or len(prefixes) > 1:
+        held = ", ".join(foreign[:5]) + (" ..." if len(foreign) > 5 else "") if foreign else f"{len(prefixes)} checkpoints"
+        raise ValueError(f"{path} is a folder holding {held}: --force replaces a file, or a folder holding one TF "
+                         "checkpoint and nothing else, never other files; name a new folder")  # fmt: skip
 
 
 def check_destination(src: Endpoint, dst: Endpoint, force: bool) -> None:
@@ -294,7 +337,12 @@ def check_destination(src: Endpoint, dst: Endpoint, force: bool) -> None:
         raise ValueError(f"{dst.path.parent} is not a folder: create it first")
     if dst.path.is_dir() and dst.format.name != "tf_checkpoint":
         raise ValueError(f"{dst.path} is a folder: a {dst.format.description} is a file; name one (--force replaces files only)")
+    if dst.path.is_file() and dst.format.name == "tf_checkpoint":
+        raise ValueError(f"{dst.path} is a file: a TensorFlow checkpoint is a folder; name a new one (--force never turns a file "
+                         "into a folder)")  # fmt: skip
     if dst.path.exists() and not force:
         raise ValueError(f"{dst.path} exists: pass --force to replace it")
+    if dst.path.is_dir() and not dst.path.is_symlink():
+        _check_replaceable_folder(dst.path)
     if any(dst.path.resolve() == path.resolve() for path in (src.parts or {"": src.path}).values()):
         raise ValueError(f"{dst.path} is the source file")

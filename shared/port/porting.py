@@ -237,7 +237,7 @@ def _own_reference(end: Endpoint, shown: str | None = None):
     """The layout's own model (a preset's transcription of the tutorial's classes) holding `end`'s file."""
     if end.layout.reference is None:
         return None
-    made = references.make(end.layout.reference, end.layout.runner, end.text)
+    made = references.make(end.layout.reference, end.layout.runner, end.text, shipped=True)
     made.title = f"{end.layout.name or end.layout.where}'s own model ({end.layout.reference}) holding {shown or end.text}"
     return made
 

@@ -47,11 +47,17 @@ class Reference:
     run: Callable[[dict], dict[str, np.ndarray]]
 
 
-def load_callable(text: str, what: str = "--reference") -> Callable:
-    """`MODULE:CALLABLE` imported (the current folder is on the path, as for `python -m`)."""
+SHIPPED_MODULES = ("torch_impl.references", "tf_impl.references")
+
+
+def load_callable(text: str, what: str = "--reference", shipped: bool = False) -> Callable:
+    """`MODULE:CALLABLE` imported (the current folder is on the path, as for `python -m`). `shipped`: only
+    a tutorial model this package ships (a key map's reference or runner: a data file names no other code)."""
     module_name, sep, attribute = text.partition(":")
     if not sep or not module_name or not attribute:
         raise ValueError(f"{what} takes MODULE:CALLABLE (e.g. my_nmt:load_model), got {text!r}")
+    if shipped and module_name not in SHIPPED_MODULES:
+        raise ValueError(f"{what} {text}: a key map may name only the tutorial models of {' and '.join(SHIPPED_MODULES)}")
     if str(Path.cwd()) not in sys.path and "" not in sys.path:
         sys.path.insert(0, str(Path.cwd()))
     try:
@@ -65,12 +71,16 @@ def load_callable(text: str, what: str = "--reference") -> Callable:
             raise ValueError(f"{what} {text}: {module_name} has no {attribute}")
     if not callable(found):
         raise ValueError(f"{what} {text}: {attribute} is not callable")
+    if shipped and attribute not in getattr(module, "SHIPPED", ()):
+        raise ValueError(f"{what} {text}: not one of the tutorial models {module_name} ships ({', '.join(module.SHIPPED)})")
     return found
 
 
-def make(builder_text: str, runner_text: str | None, source: str) -> Reference:
-    """The reference `builder_text` builds from `source`, run by `runner_text` where it returns a model."""
-    builder = load_callable(builder_text)
+def make(builder_text: str, runner_text: str | None, source: str, shipped: bool = False) -> Reference:
+    """The reference `builder_text` builds from `source`, run by `runner_text` where it returns a model;
+    `shipped`: the builder comes from a key map (only a shipped tutorial model). A runner always comes from
+    a key map."""
+    builder = load_callable(builder_text, "reference" if shipped else "--reference", shipped)
     made = builder(source)
     stack = stack_of(made)
     if stack is None:
@@ -86,7 +96,7 @@ def make(builder_text: str, runner_text: str | None, source: str) -> Reference:
             f"--reference {builder_text} returned a {type(made).__name__}, and rosetta does not know how to call it: "
             "name the layout it follows (--from PRESET, whose runner calls it) or return a function batch -> logits"
         )
-    runner = load_callable(runner_text, "runner")
+    runner = load_callable(runner_text, "runner", shipped=True)
     references = stacks.import_module(stack, "references")
     model, dtype = references.in_float64(made, builder, source)
     title = f"{builder_text}({source}), a {type(made).__name__} called by {runner_text}"

@@ -43,6 +43,8 @@ def train(run_dir, stack_name: str, force: bool = False, progress: bool = True, 
     run_dir, run = Path(run_dir), runs.load_run(run_dir)
     stack, corpus = stacks.import_stack(stack_name), runs.load_corpus(run_dir)
     out = run_dir / stack_name
+    if resume and not (out / runs.CHECKPOINT).is_file():
+        print(f"{out}: no checkpoint to resume from yet; {stack_name} trains from step 0", file=sys.stderr)
     resume = resume and (out / runs.CHECKPOINT).is_file()
     if resume and (out / runs.EVAL_FILE).is_file():
         return json.loads((out / runs.EVAL_FILE).read_text())
@@ -281,7 +283,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--force starts again, --resume continues: pass one")
 
     def command() -> int:
-        print(json.dumps(train(args.run_dir, args.stack, force=args.force, progress=not args.quiet, resume=args.resume)))
+        with runs.run_folder(args.run_dir):  # entered freely by the child of a `rosetta train` holding it
+            result = train(args.run_dir, args.stack, force=args.force, progress=not args.quiet, resume=args.resume)
+        print(json.dumps(result))
         return 0
 
     return failures.guarded(command, f"rosetta train ({args.stack})")

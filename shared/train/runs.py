@@ -16,13 +16,15 @@ starts, `initial.safetensors` (both stacks start from those weights). Each stack
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 from shared import catalogue, data, documents, stacks
 from shared.core import optimizer_state
 from shared.data import corpora
-from shared.io import safetensors_io
+from shared.io import locks, safetensors_io
 from shared.io.atomic import write_atomic
 from shared.specs import RunConfig
 
@@ -32,8 +34,44 @@ ATTENTION_FILE = "attention.json"
 
 
 def read_json_lines(path: Path) -> list[dict]:
-    """The records of a `.jsonl` log (`loss.jsonl`, `evals.jsonl`); none when the file is not there."""
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+    """The records of a `.jsonl` log (`loss.jsonl`, `evals.jsonl`); none when the file is not there. A torn
+    last line (the writer killed mid-line: no newline after it) is dropped; any other bad line is an error
+    naming the file and line."""
+    if not path.is_file():
+        return []
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not a UTF-8 JSON-lines log") from None
+    lines, records = text.splitlines(), []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            if number == len(lines) and not text.endswith("\n"):
+                break  # torn: the next write (a resume cuts the log back to its checkpoint) drops it
+            raise ValueError(f"{path}, line {number}: not a JSON record ({error.msg})") from None
+        if not isinstance(record, dict):
+            raise ValueError(f"{path}, line {number}: not a JSON object")
+        records.append(record)
+    return records
+
+
+@contextlib.contextmanager
+def run_folder(run_dir) -> Iterator[None]:
+    """`run_dir` made if missing and held by this process for the block (shared.io.locks: a second `rosetta
+    train` there is refused, naming this one's pid); a folder this made and left empty is removed again."""
+    run_dir = Path(run_dir)
+    made = not run_dir.exists()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        with locks.folder_lock(run_dir, "a training run"):
+            yield
+    finally:
+        if made and run_dir.is_dir() and not any(run_dir.iterdir()):
+            run_dir.rmdir()
 
 
 class RunError(ValueError):

@@ -380,6 +380,8 @@ def test_a_killed_training_run_resumes_on_the_same_curve(stack, tmp_path):
     assert len(_losses(run_dir, name)) < 32, "the run ended before the kill"
     dead = run_dir / name / f"{atomic.STAGED_PREFIX}999999999-dead.tmp"  # what a kill mid-checkpoint leaves
     dead.write_bytes(b"partial")
+    with open(run_dir / name / runs.LOSS_LOG, "a") as log:  # and a kill mid-line: a torn last line, dropped
+        log.write('{"step": 99, "epoch": 3, "lo')
     assert rosetta(["train", "reverse_bahdanau", "--run-dir", str(run_dir), "--stack", name, "--resume", "--quiet"]) == 0
     assert_close(_losses(run_dir, name), _losses(whole, name), 1e-12, what="the killed run's resumed curve")
     assert not [path.name for path in (run_dir / name).iterdir() if path.name.startswith(".")]
