@@ -28,10 +28,13 @@ FLAGS = {"torch": "--torch-model", "tf": "--keras-model"}
 
 @dataclasses.dataclass
 class OwnPort:
+    """What a port of the user's own model did; `load`: the line that loads the written file into their model."""
+
     source: port_files.Endpoint
     destination: port_files.Endpoint
     conversion: Conversion
     checks: list[Check]
+    load: str = ""
 
     @property
     def ok(self) -> bool:
@@ -43,7 +46,7 @@ class OwnPort:
             lines += render_check(check)
         failed = next((c.name for check in self.checks for c in check.components if not c.ok), None)
         lines.append("ported." if failed is None else f"not ported: {failed} differs (nothing written)")
-        return "\n".join(lines)
+        return "\n".join(lines + ([f"load it: {self.load}"] if failed is None and self.load else []))
 
 
 def port_own(source, destination, torch_model: str | None = None, keras_model: str | None = None, inputs=None,
@@ -62,7 +65,7 @@ def port_own(source, destination, torch_model: str | None = None, keras_model: s
         raise ValueError(f"{src.text} and {dst.text} are both {sides[0]} files: port between a torch and a Keras file")
     port_files.check_destination(src, dst, force)
     factories = _factories(torch_model, keras_model, needed={sides[1]} | ({sides[0]} - _self_contained(src)))
-    batch = _load_batch(inputs)
+    batch = load_batch(inputs)
     source_stack, target_stack = (stacks.import_module(side, "conversion") for side in sides)
     model = None if src.format.name == "keras" else source_stack.build(factories[sides[0]], "float32", batch)
     source32 = source_stack.load_file(model, src.path, src.format.name, factories.get(sides[0]), batch)
@@ -75,10 +78,37 @@ def port_own(source, destination, torch_model: str | None = None, keras_model: s
         target_stack.save_file(target32, staged, dst.format.name)
         fresh = None if dst.format.name == "keras" else target_stack.build(factories[sides[1]], "float32", batch)
         back = target_stack.load_file(fresh, staged, dst.format.name, factories[sides[1]], batch)
-        report = OwnPort(src, dst, conversion, [check, _read_back(target32, back, batch)])
+        load = _load_line(dst, {"torch": torch_model, "tf": keras_model}[sides[1]], _made_built(factories[sides[1]]), inputs)
+        report = OwnPort(src, dst, conversion, [check, _read_back(target32, back, batch)], load)
         if report.ok:
             port_files.move_into_place(staged, dst.path, force)
         return report
+
+
+def _load_line(dst: port_files.Endpoint, factory: str, built: bool, inputs) -> str:
+    """The line that loads the written file into the user's model, as their factory makes it."""
+    module, _, name = factory.partition(":")
+    path, fmt = repr(str(dst.path)), dst.format.name
+    make = f"import {module}; model = {module}.{name}()"
+    if fmt == "keras":
+        return f"import keras, {module}; model = keras.saving.load_model({path})"
+    if fmt == "torch":
+        return f"import torch; {make}; model.load_state_dict(torch.load({path}))"
+    if fmt == "safetensors":
+        tensors = f"{{key: torch.as_tensor(value) for key, value in read_weights({path}).items()}}"
+        return f"import torch; from shared.port import read_weights; {make}; model.load_state_dict({tensors})"
+    if built:
+        return f"{make}; model.load_weights({path})"
+    build = f"tf_impl.conversion.run(model, load_batch({str(inputs)!r}))"  # a subclassed model builds when called
+    return (
+        f"import tf_impl.conversion; from shared.port.own_models import load_batch; {make}; {build}; model.load_weights({path})"
+    )
+
+
+def _made_built(factory) -> bool:
+    """Whether the factory's model has its weights as made (a torch module; a Keras model given an Input)."""
+    made = factory()
+    return not hasattr(made, "built") or bool(made.weights)
 
 
 def _stack(fmt: port_files.Format, text) -> str:
@@ -103,7 +133,7 @@ def _factories(torch_model: str | None, keras_model: str | None, needed: set[str
     return {side: references.load_callable(text, FLAGS[side]) for side, text in given.items() if text is not None}
 
 
-def _load_batch(path) -> tuple | dict:
+def load_batch(path) -> tuple | dict:
     """The `--inputs` batch: positional arrays (`np.savez(path, x, lengths)`) as a tuple, named ones as a dict."""
     if path is None:
         raise ValueError("--inputs BATCH.npz is needed to verify your models: the arrays your models are called on "

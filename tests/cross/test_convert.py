@@ -18,6 +18,7 @@ import torch_impl.conversion as torch_side
 from shared.cli import main as rosetta
 from shared.core.canonical import RULES, LeafRule, recurrent_rule
 from shared.port.conversion import convert, verify
+from tests.printed import load_as_printed
 from tests.zoo import keras_models, torch_models
 from tests.zoo.torch_models import HIDDEN, VOCAB
 
@@ -236,12 +237,15 @@ def test_missing_leftover_unsupported_and_differing_layers_are_named():
 # ---- the command line ----
 
 
-CLI_PORTS = [("m.pt", "out.keras"), ("m.weights.h5", "out.pt"), ("m.keras", "out.safetensors")]
+CLI_PORTS = [("sentiment_lstm", "m.pt", "out.keras"), ("sentiment_lstm", "m.weights.h5", "out.pt"),
+             ("sentiment_lstm", "m.keras", "out.safetensors"), ("gru_language_model", "m.pt", "out.weights.h5")]  # fmt: skip
 
 
-@pytest.mark.parametrize(("source", "destination"), CLI_PORTS)
-def test_the_cli_ports_your_own_classes_verified_and_read_back(tmp_path, capsys, source, destination):
-    name = "sentiment_lstm"
+@pytest.mark.parametrize(("name", "source", "destination"), CLI_PORTS)
+def test_the_cli_ports_your_own_classes_verified_and_read_back(tmp_path, capsys, monkeypatch, name, source, destination):
+    """...and the report's last line, run as printed, loads the file into your model (gru_language_model's Keras
+    model is subclassed: built by a call on the batch first)."""
+    monkeypatch.chdir(tmp_path)
     np.savez(tmp_path / "batch.npz", _inputs(name))
     src = _build("torch" if source.endswith(".pt") else "tf", name, "float32", 3)
     torch_side.save_file(src, tmp_path / source, "torch") if source.endswith(".pt") else keras_side.save_file(
@@ -253,8 +257,10 @@ def test_the_cli_ports_your_own_classes_verified_and_read_back(tmp_path, capsys,
     code = rosetta(["port", str(tmp_path / source), str(tmp_path / destination), *flags])
     out = capsys.readouterr().out
     assert code == 0, out
-    assert "float64 (bound" in out and "float32 beside it" in out and "bit for bit" in out and out.endswith("ported.\n")
+    assert "float64 (bound" in out and "float32 beside it" in out and "bit for bit" in out and "\nported.\nload it: " in out
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["batch.npz", source, destination])
+    loaded = load_as_printed(out)
+    assert verify(src, loaded, _inputs(name)).ok  # the user's model, loaded as the report says
 
 
 def test_the_cli_writes_nothing_when_your_models_differ(tmp_path, capsys, monkeypatch):
@@ -287,3 +293,35 @@ def test_the_readmes_example_runs_as_written():
     with pytest.warns(UserWarning, match="training is not"):
         exec(compile(example, "README.md", "exec"), namespace)  # noqa: S102 (our own README's code)
     assert verify(namespace["torch_model"], namespace["tagger"], np.arange(40).reshape(2, 20)).ok
+
+
+def lambda_tagger() -> keras.Model:
+    """A Keras user's model with a Lambda layer (Python code in the graph)."""
+    doubled = keras.layers.Lambda(lambda x: x * 2.0)
+    return keras.Sequential([keras.Input((None,), dtype="int32"), keras.layers.Embedding(VOCAB, 8), doubled,
+                             keras.layers.GRU(HIDDEN), keras.layers.Dense(3)])  # fmt: skip
+
+
+class LambdaTagger(torch.nn.Module):
+    """Its PyTorch twin."""
+
+    def __init__(self):
+        super().__init__()
+        self.embedding = torch.nn.Embedding(VOCAB, 8)
+        self.gru = torch.nn.GRU(8, HIDDEN, batch_first=True)
+        self.dense = torch.nn.Linear(HIDDEN, 3)
+
+    def forward(self, tokens):
+        return self.dense(self.gru(self.embedding(tokens) * 2.0)[1][0])
+
+
+def test_a_keras_file_of_a_model_with_a_lambda_is_refused_naming_the_layer_not_a_staging_path(tmp_path, capsys):
+    np.savez(tmp_path / "batch.npz", _inputs("gru_language_model"))
+    torch.save(LambdaTagger().state_dict(), tmp_path / "m.pt")
+    flags = ["--torch-model", "tests.cross.test_convert:LambdaTagger", "--keras-model", "tests.cross.test_convert:lambda_tagger",
+             "--inputs", str(tmp_path / "batch.npz")]  # fmt: skip
+    assert rosetta(["port", str(tmp_path / "m.pt"), str(tmp_path / "out.keras"), *flags]) == 2
+    err = capsys.readouterr().err
+    assert "holds Lambda layers (lambda)" in err and "write .weights.h5 instead" in err and ".rosetta-tmp" not in err
+    assert rosetta(["port", str(tmp_path / "m.pt"), str(tmp_path / "out.weights.h5"), *flags]) == 0  # the advice works
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["batch.npz", "m.pt", "out.weights.h5"]
