@@ -18,12 +18,13 @@ from keras.src.models.functional import Functional
 
 from shared.core.canonical import RULES
 from shared.port.conversion import Leaf, map_inputs, positional, shortest_paths
+from tf_impl.keras_compat.backends import exact_attention_scale
 from tf_impl.keras_compat.layers import TorchLSTM, TorchLSTMCell, TorchRNNCell
 from tf_impl.references import float64_policy
 
 SUPPORTED = ("Dense, Embedding, SimpleRNN, GRU (reset_after=True), LSTM, Bidirectional, RNN over SimpleRNNCell / "
-             "GRUCell / LSTMCell (stacked too), the cells themselves, LayerNormalization, Conv1D, our TorchRNNCell / "
-             "TorchLSTMCell / TorchLSTM, a bare weight")  # fmt: skip
+             "GRUCell / LSTMCell (stacked too), the cells themselves, LayerNormalization, Conv1D, MultiHeadAttention, our "
+             "TorchRNNCell / TorchLSTMCell / TorchLSTM, a bare weight")  # fmt: skip
 _CELLS = {  # cell class -> (rule kind, holds one summed bias)
     keras.layers.GRUCell: ("gru", False),
     TorchRNNCell: ("rnn", False),
@@ -117,10 +118,33 @@ def _simple(layer) -> tuple[str, dict, dict] | None:
     if isinstance(layer, keras.layers.LayerNormalization):
         axes = len(layer.axis) if isinstance(layer.axis, (list, tuple)) else 1
         return "layer_norm", _present(gamma=layer.gamma, beta=layer.beta), {"eps": float(layer.epsilon), "normalized axes": axes}
+    if isinstance(layer, keras.layers.MultiHeadAttention):
+        return "multi_head_attention", _attention_variables(layer), {"heads": layer.num_heads}
     if isinstance(layer, keras.layers.Conv1D):
         facts = {"stride": layer.strides[0], "dilation": layer.dilation_rate[0], "groups": layer.groups, "padding": layer.padding}
         return "conv1d", _present(kernel=layer.kernel, bias=layer.bias), facts
     return None
+
+
+def _attention_variables(layer) -> dict:
+    """A MultiHeadAttention's variables by the rule's names; ValueError for what nn.MultiheadAttention cannot
+    compute: heads x key_dim other than the query's width, value_dim other than key_dim, another output_shape,
+    attention over other axes."""
+    width = layer._query_dense.kernel.shape[0]
+    problems = []
+    if layer.num_heads * layer.key_dim != width:
+        problems.append(f"num_heads x key_dim = {layer.num_heads} x {layer.key_dim} is not the query's width {width} "
+                        "(torch's embed_dim splits into the heads)")  # fmt: skip
+    if layer.value_dim != layer.key_dim:
+        problems.append(f"value_dim {layer.value_dim} is not key_dim {layer.key_dim} (torch's heads share one size)")
+    if layer._output_shape not in (None, width, (width,)):
+        problems.append(f"output_shape {layer._output_shape} is not the query's width {width}")
+    if layer.attention_axes not in (None, (1,), [1]):
+        problems.append(f"attention_axes {layer.attention_axes}: torch attends over the sequence axis only")
+    if problems:
+        raise ValueError(f"{layer.name}: a MultiHeadAttention that nn.MultiheadAttention cannot compute: {'; '.join(problems)}")
+    dense = {"query": layer._query_dense, "key": layer._key_dense, "value": layer._value_dense, "output": layer._output_dense}
+    return _present(**{f"{name}_{part}": getattr(d, part, None) for name, d in dense.items() for part in ("kernel", "bias")})
 
 
 def _present(**variables) -> dict:
@@ -173,8 +197,8 @@ def _leaf(path: str, kind: str, layer: str, variables: dict, rule, facts: dict, 
 
     def write(arrays: Mapping[str, np.ndarray]) -> None:
         values = rule.to_keras(arrays)
-        for name, variable in variables.items():
-            variable.assign(np.asarray(values[name]).astype(variable.dtype))
+        for name, variable in variables.items():  # a rule may give heads flat: [in, H*D] for [in, H, D]
+            variable.assign(np.reshape(np.asarray(values[name]), variable.shape).astype(variable.dtype))
 
     shapes = {suffix: tuple(np.shape(value)) for suffix, value in read().items()}
     return Leaf(path, kind, layer, shapes, facts, read, write, summed, list(variables.values()))
@@ -194,6 +218,7 @@ def _float64_from_config(model, inputs=None):
         return None
     if not twin.built and inputs is not None:
         run(twin, inputs)
+    exact_attention_scale(twin)
     if not all(str(variable.dtype) == "float64" for variable in twin.weights) or len(twin.weights) != len(model.weights):
         return None
     twin.set_weights([np.asarray(weight, np.float64) for weight in model.get_weights()])
@@ -251,6 +276,7 @@ def build(factory, dtype: str, inputs=None):
         run(model, inputs)
     if dtype == "float64" and not all(str(variable.dtype) == "float64" for variable in model.weights):
         return None
+    exact_attention_scale(model)  # a float64 MultiHeadAttention's scale, exactly (see its docstring)
     return model
 
 

@@ -17,9 +17,12 @@ from torch import nn
 
 from shared.port.conversion import Leaf, map_inputs, positional, shortest_paths
 
-SUPPORTED = "Linear, Embedding, RNN, GRU, LSTM, RNNCell, GRUCell, LSTMCell, LayerNorm, Conv1d, a bare Parameter"
+SUPPORTED = (
+    "Linear, Embedding, RNN, GRU, LSTM, RNNCell, GRUCell, LSTMCell, LayerNorm, Conv1d, MultiheadAttention, a bare Parameter"
+)
 _RECURRENT_KINDS = {nn.RNN: "rnn", nn.GRU: "gru", nn.LSTM: "lstm", nn.RNNCell: "rnn", nn.GRUCell: "gru", nn.LSTMCell: "lstm"}
-_SIMPLE_KINDS = {nn.Linear: "linear", nn.Embedding: "embedding", nn.LayerNorm: "layer_norm", nn.Conv1d: "conv1d"}
+_SIMPLE_KINDS = {nn.Linear: "linear", nn.Embedding: "embedding", nn.LayerNorm: "layer_norm", nn.Conv1d: "conv1d",
+                 nn.MultiheadAttention: "multi_head_attention"}  # fmt: skip
 
 
 def leaves(model: nn.Module, rules=None) -> list[Leaf]:
@@ -71,6 +74,8 @@ def _leaves_of(module: nn.Module, path: str, kind: str) -> list[Leaf]:
     if isinstance(module, nn.RNNCellBase):
         params = {f"{key}_l0": param for key, param in module.named_parameters()}
         return [_leaf(path, kind, name, params, _recurrent_facts(module, kind))]
+    if isinstance(module, nn.MultiheadAttention):
+        _check_attention(module, path)
     return [_leaf(path, kind, name, dict(module.named_parameters()), _simple_facts(module, kind))]
 
 
@@ -89,6 +94,17 @@ def _recurrent_leaves(module: nn.RNNBase, path: str, kind: str) -> list[Leaf]:
     return out
 
 
+def _check_attention(module: nn.MultiheadAttention, path: str) -> None:
+    """What keras.layers.MultiHeadAttention cannot hold: learned key/value biases appended to the sequence
+    (`add_bias_kv`), a zero row appended to keys and values (`add_zero_attn`)."""
+    if module.bias_k is not None:
+        raise ValueError(f"{path}: nn.MultiheadAttention(add_bias_kv=True) appends learned key and value rows, which "
+                         "keras.layers.MultiHeadAttention has no weights for")  # fmt: skip
+    if module.add_zero_attn:
+        raise ValueError(f"{path}: nn.MultiheadAttention(add_zero_attn=True) attends to an appended zero row, which "
+                         "keras.layers.MultiHeadAttention does not")  # fmt: skip
+
+
 def _layer_of(key: str) -> int:
     return int(key.split("_l")[-1].split("_")[0])
 
@@ -103,6 +119,8 @@ def _simple_facts(module: nn.Module, kind: str) -> dict:
         if len(module.normalized_shape) != 1:
             return {"normalized axes": len(module.normalized_shape)}
         return {"eps": float(module.eps), "normalized axes": 1}
+    if kind == "multi_head_attention":
+        return {"heads": module.num_heads}
     if kind == "conv1d":
         return {"stride": module.stride[0], "dilation": module.dilation[0], "groups": module.groups,
                 "padding": _padding(module)}  # fmt: skip

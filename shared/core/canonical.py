@@ -132,6 +132,43 @@ def summed_bias_rule(kind: str, torch_gates: str, keras_gates: str) -> LeafRule:
     return LeafRule(kind, to_keras, from_keras)
 
 
+_PROJECTIONS = ("query", "key", "value")
+
+
+def _attention_to_keras(canon: Mapping[str, np.ndarray]) -> Arrays:
+    """nn.MultiheadAttention -> keras.layers.MultiHeadAttention, heads flat: each kernel `[in, heads * head_dim]`
+    (torch's head h owns output features h*D .. h*D + D-1, Keras's `[in, heads, head_dim]` flattened row-major: the
+    same order), the output kernel `[heads * head_dim, out]`; the Keras leaf reshapes each to its variable's shape."""
+    if "in_proj_weight" in canon:  # packed [3E, E]: q, k, v blocks in that order
+        weights = np.split(canon["in_proj_weight"], 3)
+    else:  # kdim or vdim other than embed_dim: one weight each
+        weights = [canon[f"{name[0]}_proj_weight"] for name in _PROJECTIONS]
+    keras = {f"{name}_kernel": weight.T for name, weight in zip(_PROJECTIONS, weights, strict=True)}  # [in, H*D] each
+    keras["output_kernel"] = canon["out_proj.weight"].T  # [H*D, E]
+    if "in_proj_bias" in canon:
+        keras.update({f"{name}_bias": bias for name, bias in zip(_PROJECTIONS, np.split(canon["in_proj_bias"], 3), strict=True)})
+    if "out_proj.bias" in canon:
+        keras["output_bias"] = canon["out_proj.bias"]
+    return keras
+
+
+def _attention_from_keras(keras: Mapping[str, np.ndarray]) -> Arrays:
+    """keras.layers.MultiHeadAttention -> nn.MultiheadAttention: packed `in_proj_weight` where the query, key and
+    value inputs all have the embedding's width (torch's `_qkv_same_embed_dim`), else one weight each."""
+    kernels = [keras[f"{name}_kernel"].reshape(keras[f"{name}_kernel"].shape[0], -1).T for name in _PROJECTIONS]  # [H*D, in]
+    width = kernels[0].shape[0]
+    if all(kernel.shape == (width, width) for kernel in kernels):
+        canon = {"in_proj_weight": np.concatenate(kernels)}  # [3E, E]
+    else:
+        canon = {f"{name[0]}_proj_weight": kernel for name, kernel in zip(_PROJECTIONS, kernels, strict=True)}
+    if "query_bias" in keras:
+        canon["in_proj_bias"] = np.concatenate([keras[f"{name}_bias"].reshape(-1) for name in _PROJECTIONS])  # [3E]
+    canon["out_proj.weight"] = keras["output_kernel"].reshape(width, -1).T  # [H, D, E] -> [E, H*D]
+    if "output_bias" in keras:
+        canon["out_proj.bias"] = keras["output_bias"]
+    return canon
+
+
 RULES: dict[str, LeafRule] = {
     "linear": _kernel_rule("linear", (1, 0)),
     "embedding": _renaming_rule("embedding", {"weight": "embeddings"}),
@@ -146,6 +183,8 @@ RULES: dict[str, LeafRule] = {
     # stock Keras SimpleRNN / LSTM cells (one bias): forward-equal only
     "rnn_summed": summed_bias_rule("rnn", torch_gates="h", keras_gates="h"),
     "lstm_summed": summed_bias_rule("lstm", torch_gates="ifgo", keras_gates="ifgo"),
+    # nn.MultiheadAttention <-> keras.layers.MultiHeadAttention: q/k/v blocks split, heads flattened
+    "multi_head_attention": LeafRule("multi_head_attention", _attention_to_keras, _attention_from_keras),
 }
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import keras
 from keras import layers, ops
 
-from tests.zoo.torch_models import EMBED, HIDDEN, TAGS, VOCAB
+from tests.zoo.torch_models import EMBED, HEADS, HIDDEN, MODEL_DIM, TAGS, VOCAB
 
 
 def bilstm_tagger() -> keras.Model:
@@ -96,3 +96,30 @@ def conv_gru_classifier() -> keras.Model:
         layers.GRU(HIDDEN),
         layers.Dense(3),
     ])  # fmt: skip
+
+
+def self_attention_classifier() -> keras.Model:
+    """The functional twin: MultiHeadAttention(x, x), Add, LayerNormalization (torch's eps), average pooling."""
+    tokens = keras.Input(shape=(None,), dtype="int32")
+    x = layers.Embedding(VOCAB, MODEL_DIM)(tokens)
+    attended = layers.MultiHeadAttention(num_heads=HEADS, key_dim=MODEL_DIM // HEADS)(x, x)
+    x = layers.LayerNormalization(epsilon=1e-5)(layers.Add()([x, attended]))
+    return keras.Model(tokens, layers.Dense(2)(layers.GlobalAveragePooling1D()(x)))
+
+
+class CrossAttentionDecoder(keras.Model):
+    """The subclassed twin; Keras gives attention scores per head, so it averages them as torch does."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.embedding = layers.Embedding(VOCAB, MODEL_DIM)
+        self.cross = layers.MultiHeadAttention(num_heads=HEADS, key_dim=MODEL_DIM // HEADS)
+        self.out = layers.Dense(VOCAB)
+
+    def call(self, encoder_outputs, tokens):
+        attended, scores = self.cross(self.embedding(tokens), encoder_outputs, return_attention_scores=True)  # [B, H, T, S]
+        return self.out(attended), ops.mean(scores, axis=1)
+
+
+def cross_attention_decoder() -> keras.Model:
+    return CrossAttentionDecoder()

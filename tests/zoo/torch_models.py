@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from torch import nn
 
 VOCAB, EMBED, HIDDEN, TAGS = 30, 8, 6, 5
+MODEL_DIM, HEADS = 15, 3  # head size 5: 1/sqrt(5) is no float32 number (Keras's float64 scale trap shows)
 
 
 class BiLSTMTagger(nn.Module):
@@ -96,6 +97,46 @@ class ConvGRUClassifier(nn.Module):
         features = F.relu(self.conv(self.embedding(x).transpose(1, 2))).transpose(1, 2)
         _, h_n = self.gru(self.norm(features))
         return self.fc(h_n[-1])
+
+
+class SelfAttentionClassifier(nn.Module):
+    """A self-attention classifier as the PyTorch docs' MultiheadAttention users write it: embeddings,
+    `nn.MultiheadAttention(batch_first=True)`, a residual LayerNorm, mean over tokens, a Linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.embedding = nn.Embedding(VOCAB, MODEL_DIM)
+        self.attention = nn.MultiheadAttention(MODEL_DIM, HEADS, batch_first=True)
+        self.norm = nn.LayerNorm(MODEL_DIM)
+        self.classifier = nn.Linear(MODEL_DIM, 2)
+
+    def forward(self, tokens):
+        x = self.embedding(tokens)  # [B, S, E]
+        attended, _ = self.attention(x, x, x, need_weights=False)  # [B, S, E]
+        return self.classifier(self.norm(x + attended).mean(dim=1))  # [B, 2]
+
+
+class CrossAttentionDecoder(nn.Module):
+    """A decoder attending over encoder states of another width (kdim, vdim: separate q/k/v weights); returns
+    logits and torch's attention weights, averaged over the heads (`average_attn_weights=True`)."""
+
+    def __init__(self):
+        super().__init__()
+        self.embedding = nn.Embedding(VOCAB, MODEL_DIM)
+        self.cross = nn.MultiheadAttention(MODEL_DIM, HEADS, kdim=HIDDEN, vdim=HIDDEN, batch_first=True)
+        self.out = nn.Linear(MODEL_DIM, VOCAB)
+
+    def forward(self, encoder_outputs, tokens):
+        attended, weights = self.cross(self.embedding(tokens), encoder_outputs, encoder_outputs)  # [B, T, E], [B, T, S]
+        return self.out(attended), weights
+
+
+def self_attention_classifier() -> nn.Module:
+    return SelfAttentionClassifier()
+
+
+def cross_attention_decoder() -> nn.Module:
+    return CrossAttentionDecoder()
 
 
 def bilstm_tagger() -> nn.Module:

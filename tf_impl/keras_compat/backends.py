@@ -12,6 +12,7 @@ import os
 from collections.abc import Callable
 
 import keras
+import numpy as np
 
 from shared.catalogue import KERAS_BACKENDS as BACKENDS
 
@@ -201,3 +202,22 @@ def _cudnn_gru(layer) -> bool:
     activations = (keras.activations.serialize(cell.activation), keras.activations.serialize(cell.recurrent_activation))
     allowed = layer.use_cudnn in ("auto", True) and not cell.recurrent_dropout and not layer.unroll
     return allowed and activations == ("tanh", "sigmoid") and cell.use_bias and cell.reset_after
+
+
+def exact_attention_scale(model) -> int:
+    """Every float64 `keras.layers.MultiHeadAttention` under `model` scales its queries by 1/sqrt(key_dim) in
+    float64; returns how many it set.
+
+    Keras keeps that scale as a Python float and casts it to the computing dtype (`ops.cast`, the TF backend's
+    `tf.cast`): TensorFlow and torch turn a Python float into a float32 tensor first, so float64 attention is
+    scaled by a float32-rounded 1/sqrt(5) (tensorflow/tensorflow#35938, #64548). The logits then differ from
+    torch's float64 by 1e-9 relative, enough to hide a real mismatch in a 1e-12 proof. A numpy float64 scale
+    casts exactly; in float32 it rounds as the Python float did, so float32 layers are left as they are.
+    """
+    layers = [model, *model._flatten_layers(include_self=False)] if hasattr(model, "_flatten_layers") else [model]
+    fixed = 0
+    for layer in layers:
+        if isinstance(layer, keras.layers.MultiHeadAttention) and str(layer.compute_dtype) == "float64":
+            layer._inverse_sqrt_key_dim = np.float64(1.0) / np.sqrt(np.float64(layer.key_dim))
+            fixed += 1
+    return fixed

@@ -1,0 +1,210 @@
+"""MultiHeadAttention as the frameworks ship it (shared.core.canonical's `multi_head_attention` rule): torch's
+`nn.MultiheadAttention` (packed `in_proj_weight`, or separate q/k/v weights when kdim/vdim differ) <->
+`keras.layers.MultiHeadAttention`, in user-written models (tests/zoo), both ways, float64 and float32, and
+the traps, each with its negative control: the q/k/v block order, head splitting, mask polarity, heads
+averaged by torch, Keras's float64 scale, and what cannot map refused saying why."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+import torch
+
+import tf_impl.conversion as keras_side
+import torch_impl.conversion as torch_side
+from shared.core import canonical
+from shared.core.canonical import RULES, LeafRule
+from shared.port.conversion import convert, verify
+from tests.zoo import keras_models, torch_models
+from tests.zoo.torch_models import HEADS, HIDDEN, MODEL_DIM, VOCAB
+from tf_impl.keras_compat import backends
+from tf_impl.references import float64_policy
+
+RNG = np.random.default_rng(0)
+TOKENS = RNG.integers(1, VOCAB, (3, 7))
+INPUTS = {"self_attention_classifier": TOKENS, "cross_attention_decoder": (RNG.normal(size=(3, 6, HIDDEN)) * 2, TOKENS[:, :4])}
+BOUNDS = {"float64": 1e-12, "float32": 1e-5}
+SIDES = {"torch": (torch_side, torch_models), "tf": (keras_side, keras_models)}
+
+
+def _build(side: str, name: str, dtype: str, seed: int):
+    torch.manual_seed(seed)
+    keras.utils.set_random_seed(seed)
+    stack, models = SIDES[side]
+    return stack.build(getattr(models, name), dtype, INPUTS[name])
+
+
+def _pair(name: str):
+    """(torch model, Keras model holding its weights), float64."""
+    torch_model, keras_model = _build("torch", name, "float64", 1), _build("tf", name, "float64", 2)
+    convert(torch_model, keras_model)
+    return torch_model, keras_model
+
+
+def _worst(check) -> float:
+    return max(component.max_abs for component in check.components)
+
+
+def _ported(name: str, source: str, dtype: str = "float64", rules=None):
+    target = "tf" if source == "torch" else "torch"
+    src, dst = _build(source, name, dtype, 1), _build(target, name, dtype, 2)
+    convert(src, dst, rules=rules)
+    return verify(src, dst, INPUTS[name])
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("source", ["torch", "tf"])
+@pytest.mark.parametrize("name", list(INPUTS))
+def test_multi_head_attention_ports_both_ways(name, source, dtype):
+    """Self-attention (packed in_proj) and cross-attention over another width (q/k/v weights apart); the
+    decoder's second output is the attention weights, averaged over the heads on both sides."""
+    check = _ported(name, source, dtype)
+    assert check.ok and _worst(check) <= BOUNDS[dtype], check.components
+
+
+def test_torchs_packed_and_separate_weights_come_back_bit_for_bit():
+    for name, packed in (("self_attention_classifier", True), ("cross_attention_decoder", False)):
+        torch_model, keras_model = _build("torch", name, "float32", 1), _build("tf", name, "float32", 2)
+        before = {key: value.clone() for key, value in torch_model.state_dict().items()}
+        convert(torch_model, keras_model)
+        again = _build("torch", name, "float32", 3)
+        convert(keras_model, again)
+        assert ("attention.in_proj_weight" in before or "cross.in_proj_weight" in before) is packed
+        assert all(torch.equal(again.state_dict()[key], value) for key, value in before.items())
+
+
+# ---- the traps ----
+
+
+def _naive(to_keras=None, from_keras=None) -> dict:
+    rule = RULES["multi_head_attention"]
+    return {
+        **RULES,
+        "multi_head_attention": LeafRule("multi_head_attention", to_keras or rule.to_keras, from_keras or rule.from_keras),
+    }
+
+
+def test_the_qkv_block_order_swapped_is_caught():
+    def key_first(canon):  # reads in_proj_weight as (k, q, v)
+        keras_arrays = RULES["multi_head_attention"].to_keras(canon)
+        keras_arrays["query_kernel"], keras_arrays["key_kernel"] = keras_arrays["key_kernel"], keras_arrays["query_kernel"]
+        return keras_arrays
+
+    check = _ported("self_attention_classifier", "torch", rules=_naive(to_keras=key_first))
+    assert not check.ok and _worst(check) > 1e-4
+
+
+def test_heads_split_dim_major_instead_of_head_major_is_caught():
+    def dim_major(canon):  # a [in, H*D] kernel read as [in, D, H]
+        keras_arrays = RULES["multi_head_attention"].to_keras(canon)
+        for name in ("query_kernel", "key_kernel", "value_kernel"):
+            kernel = keras_arrays[name]
+            keras_arrays[name] = kernel.reshape(kernel.shape[0], -1, HEADS).transpose(0, 2, 1).reshape(kernel.shape)
+        return keras_arrays
+
+    check = _ported("self_attention_classifier", "torch", rules=_naive(to_keras=dim_major))
+    assert not check.ok and _worst(check) > 1e-4
+
+
+def test_kerass_float64_scale_is_made_exact_and_without_it_the_proof_fails(monkeypatch):
+    """Keras casts its Python-float 1/sqrt(key_dim) through a float32 tensor (tensorflow/tensorflow#35938):
+    float64 attention then differs from torch's by ~1e-9. With the scale made exact, 1e-16."""
+    assert _worst(_ported("cross_attention_decoder", "torch")) <= 1e-12
+    monkeypatch.setattr(keras_side, "exact_attention_scale", lambda model: 0)
+    worst = _worst(_ported("cross_attention_decoder", "torch"))
+    assert 1e-12 < worst < 1e-6, worst  # the trap: float32 rounding of the scale in a float64 model
+    with float64_policy():
+        layer = keras.layers.MultiHeadAttention(num_heads=HEADS, key_dim=MODEL_DIM // HEADS)
+        layer(np.zeros((1, 2, MODEL_DIM)), np.zeros((1, 3, MODEL_DIM)))
+    assert backends.exact_attention_scale(layer) == 1 and layer._inverse_sqrt_key_dim == 1 / np.sqrt(np.float64(5))
+
+
+def test_mask_polarity_torch_ignores_where_true_keras_attends_where_true():
+    """torch's key_padding_mask (True = ignore) is Keras's attention_mask inverted (True = attend), broadcast
+    over the query rows; the same array given to both (the naive port of the call) differs."""
+    torch_model, keras_model = (
+        _build("torch", "cross_attention_decoder", "float64", 1),
+        _build("tf", "cross_attention_decoder", "float64", 2),
+    )
+    convert(torch_model, keras_model)
+    encoder_outputs, tokens = INPUTS["cross_attention_decoder"]
+    padded = np.arange(encoder_outputs.shape[1]) >= np.array([[6], [4], [2]])  # [B, S]: True on pads
+    query = torch_model.embedding(torch.as_tensor(tokens))
+    memory = torch.as_tensor(encoder_outputs)
+    expected = torch_model.cross(query, memory, memory, key_padding_mask=torch.as_tensor(padded))[0].detach().numpy()
+    attend = np.broadcast_to(~padded[:, None, :], (3, tokens.shape[1], padded.shape[1]))  # [B, T, S]
+    keras_query = keras_model.embedding(tokens)
+    ported = keras_model.cross(keras_query, encoder_outputs, attention_mask=attend).numpy()
+    assert np.abs(ported - expected).max() <= 1e-12
+    naive = keras_model.cross(keras_query, encoder_outputs, attention_mask=np.broadcast_to(padded[:, None, :], attend.shape))
+    assert np.abs(naive.numpy() - expected).max() > 1e-3
+
+
+def test_a_fully_masked_query_row_is_nan_in_torch_and_zeros_in_keras():
+    """The one place no mapping of weights or masks makes the two agree: every key masked. torch's softmax over
+    nothing is NaN; Keras 3.15's masked Softmax zeroes the masked positions after the softmax (before, it gave a
+    uniform row): its output row is then the output projection's bias alone."""
+    torch_model, keras_model = _pair("cross_attention_decoder")
+    encoder_outputs, tokens = INPUTS["cross_attention_decoder"]
+    memory = torch.as_tensor(encoder_outputs)
+    _, weights = torch_model.cross(torch_model.embedding(torch.as_tensor(tokens)), memory, memory,
+                                   key_padding_mask=torch.ones(memory.shape[:2], dtype=torch.bool))  # fmt: skip
+    assert torch.isnan(weights).all()
+    nothing = np.zeros((3, tokens.shape[1], encoder_outputs.shape[1]), bool)
+    _, scores = keras_model.cross(keras_model.embedding(tokens), encoder_outputs, return_attention_scores=True,
+                                  attention_mask=nothing)  # fmt: skip
+    assert not np.isnan(scores.numpy()).any() and not scores.numpy().any()
+
+
+def test_kerass_per_head_scores_are_torchs_weights_only_averaged():
+    """torch averages its attention weights over the heads (average_attn_weights=True); one Keras head alone
+    is not them (the naive comparison)."""
+    torch_model, keras_model = (
+        _build("torch", "cross_attention_decoder", "float64", 1),
+        _build("tf", "cross_attention_decoder", "float64", 2),
+    )
+    convert(torch_model, keras_model)
+    encoder_outputs, tokens = INPUTS["cross_attention_decoder"]
+    _, weights = torch_model(torch.as_tensor(encoder_outputs), torch.as_tensor(tokens))
+    _, scores = keras_model.cross(keras_model.embedding(tokens), encoder_outputs, return_attention_scores=True)  # [B, H, T, S]
+    assert np.abs(scores.numpy().mean(axis=1) - weights.detach().numpy()).max() <= 1e-12
+    assert np.abs(scores.numpy()[:, 0] - weights.detach().numpy()).max() > 1e-3
+
+
+# ---- what cannot map, refused saying why ----
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [({"add_bias_kv": True}, "add_bias_kv=True"), ({"add_zero_attn": True}, "add_zero_attn=True")],
+)
+def test_torch_options_keras_has_no_weights_for_are_refused(options, message):
+    model = torch.nn.Sequential(torch.nn.MultiheadAttention(MODEL_DIM, HEADS, **options))
+    with pytest.raises(ValueError, match=rf"0: nn.MultiheadAttention\({message}\)"):
+        convert(model, _build("tf", "self_attention_classifier", "float32", 0))
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"key_dim": 4}, r"num_heads x key_dim = 3 x 4 is not the query's width 15"),
+        ({"key_dim": 5, "value_dim": 4}, r"value_dim 4 is not key_dim 5"),
+        ({"key_dim": 5, "output_shape": 7}, r"output_shape \(7,\) is not the query's width 15"),
+    ],
+)
+def test_keras_options_torch_cannot_compute_are_refused(options, message):
+    layer = keras.layers.MultiHeadAttention(num_heads=HEADS, **options)
+    layer(np.zeros((1, 2, MODEL_DIM), np.float32), np.zeros((1, 3, MODEL_DIM), np.float32))
+    with pytest.raises(ValueError, match=message):
+        keras_side.leaves(layer)
+
+
+def test_different_head_counts_of_the_same_shapes_are_refused():
+    """15 = 3 x 5 = 5 x 3: every weight has the same shape, the function differs; the heads are a fact."""
+    torch_model = torch.nn.Sequential(torch.nn.MultiheadAttention(MODEL_DIM, 5, batch_first=True))
+    layer = keras.layers.MultiHeadAttention(num_heads=HEADS, key_dim=MODEL_DIM // HEADS)
+    layer(np.zeros((1, 2, MODEL_DIM), np.float32), np.zeros((1, 3, MODEL_DIM), np.float32))
+    with pytest.raises(ValueError, match=r"configuration differs: 0 -> .*heads 5 != 3"):
+        convert(torch_model, layer)
+    assert canonical.RULES["multi_head_attention"].kind == "multi_head_attention"
