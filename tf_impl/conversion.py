@@ -23,8 +23,8 @@ from tf_impl.keras_compat.layers import TorchLSTM, TorchLSTMCell, TorchRNNCell
 from tf_impl.references import float64_policy
 
 SUPPORTED = ("Dense, Embedding, SimpleRNN, GRU (reset_after=True), LSTM, Bidirectional, RNN over SimpleRNNCell / "
-             "GRUCell / LSTMCell (stacked too), the cells themselves, LayerNormalization, Conv1D, MultiHeadAttention, our "
-             "TorchRNNCell / TorchLSTMCell / TorchLSTM, a bare weight")  # fmt: skip
+             "GRUCell / LSTMCell (stacked too), the cells themselves, LayerNormalization, Conv1D, MultiHeadAttention, Attention, "
+             "AdditiveAttention, our TorchRNNCell / TorchLSTMCell / TorchLSTM, a bare weight")  # fmt: skip
 _CELLS = {  # cell class -> (rule kind, holds one summed bias)
     keras.layers.GRUCell: ("gru", False),
     TorchRNNCell: ("rnn", False),
@@ -32,6 +32,9 @@ _CELLS = {  # cell class -> (rule kind, holds one summed bias)
     keras.layers.SimpleRNNCell: ("rnn", True),
     keras.layers.LSTMCell: ("lstm", True),
 }
+# Keras layers whose weights are bare weights of the same names in their torch twins (torch_impl/keras_layers.py):
+# `scale`, `concat_score_weight`
+BARE_WEIGHT_LAYERS = (keras.layers.Attention, keras.layers.AdditiveAttention)
 RESET_BEFORE = ("a Keras GRU with reset_after=False applies the reset gate before the recurrent matmul, (r * h) W_hn; "
                 "torch's GRU applies it after, r * (h W_hn + b_hn): no weights make the two equal; build it with "
                 "reset_after=True (Keras 3's default)")  # fmt: skip
@@ -58,7 +61,12 @@ def _visit(layer, path: str, found: list, unsupported: list, rules) -> None:
     if units is not None:
         found.extend(units)
         return
-    if type(layer).__module__.startswith("keras.") and (layer._trainable_variables or layer._non_trainable_variables):
+    bare = isinstance(layer, BARE_WEIGHT_LAYERS)
+    if (
+        type(layer).__module__.startswith("keras.")
+        and not bare
+        and (layer._trainable_variables or layer._non_trainable_variables)
+    ):
         unsupported.append(f"{path.rstrip('.') or layer.name} ({type(layer).__name__})")
         return
     for name, child in _children(layer):

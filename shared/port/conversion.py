@@ -7,7 +7,8 @@ leaf rules of shared.core.canonical), pairs the leaves of the two models, and co
 1. pairs the key map names (`{"source path": "target path"}`, or a shared.port.layouts key map whose renames
    turn source paths into target paths; every entry must pair something);
 2. then leaves of the same path and kind (a model and its mirrored twin; a layer reachable by several
-   paths, such as through a `hparams` dict, is named by its shortest);
+   paths, such as through a `hparams` dict, is named by its shortest), then of the same last path component,
+   kind and shapes where that singles one out (`attention_1.scale` and `attention.scale`);
 3. then the rest by kind and shapes: a leaf with one candidate of its kind and shapes pairs with it
    (`kind and shape`); two or more same-kind, same-shape candidates pair in order (`order`: a Keras
    `Sequential` names its layers `lstm`, `lstm_1`, ...). A pair made by order is a guess: `convert` settles
@@ -82,7 +83,7 @@ class Leaf:
 class Pair:
     source: Leaf
     target: Leaf
-    how: str  # "key map", "name", "kind and shape" (the only candidate) or "order" (one of several: a guess)
+    how: str  # "key map", "name", "own name" (the last path component), "kind and shape" (the only candidate) or "order"
 
 
 GUESSED = "order"
@@ -259,6 +260,8 @@ def pair_leaves(sources: list[Leaf], targets: list[Leaf], named: NamedPairs | No
             found = free.get(match(leaf))
             if found is not None and id(leaf) not in paired and (how == "key map" or found.kind == leaf.kind):
                 add(leaf, found, how)
+    for leaf, found in _by_own_name([leaf for leaf in sources if id(leaf) not in paired], list(free.values())):
+        add(leaf, found, "own name")
     for same_shapes in (True, False):  # the rest of a kind (no same-shape candidate) in order: _check names them
         leftover = [leaf for leaf in sources if id(leaf) not in paired]
         for leaf_class in _classes(leftover, same_shapes):
@@ -270,6 +273,26 @@ def pair_leaves(sources: list[Leaf], targets: list[Leaf], named: NamedPairs | No
     pairs.sort(key=lambda pair: order[id(pair.source)])
     _check(pairs, [leaf for leaf in sources if id(leaf) not in paired], list(free.values()))
     return pairs
+
+
+def _own_name(path: str) -> str:
+    return path.rsplit(".", 1)[-1]
+
+
+def _by_own_name(sources: list[Leaf], targets: list[Leaf]) -> list[tuple[Leaf, Leaf]]:
+    """Pairs whose last path component, kind and shapes agree and single each other out (`attention_1.scale` and
+    `attention.scale`, where the containers' names differ)."""
+
+    def grouped(leaves: list[Leaf]) -> dict[tuple, list[Leaf]]:
+        groups: dict[tuple, list[Leaf]] = {}
+        for leaf in leaves:
+            groups.setdefault((_own_name(leaf.path), leaf.kind, tuple(leaf.shapes.items())), []).append(leaf)
+        return groups
+
+    found = grouped(targets)
+    return [
+        (group[0], found[key][0]) for key, group in grouped(sources).items() if len(group) == 1 and len(found.get(key, [])) == 1
+    ]
 
 
 def _classes(leaves: list[Leaf], same_shapes: bool) -> list[list[Leaf]]:

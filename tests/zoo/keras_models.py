@@ -123,3 +123,26 @@ class CrossAttentionDecoder(keras.Model):
 
 def cross_attention_decoder() -> keras.Model:
     return CrossAttentionDecoder()
+
+
+def _query_value_scorer(attention: layers.Layer) -> keras.Model:
+    """The Keras docs' CNN + attention example (keras.layers.Attention's page), at test sizes."""
+    query_input = keras.Input(shape=(None,), dtype="int32")
+    value_input = keras.Input(shape=(None,), dtype="int32")
+    token_embedding = layers.Embedding(input_dim=VOCAB, output_dim=EMBED)
+    cnn_layer = layers.Conv1D(filters=HIDDEN, kernel_size=3, padding="same")
+    query_seq_encoding = cnn_layer(token_embedding(query_input))
+    value_seq_encoding = cnn_layer(token_embedding(value_input))
+    query_value_attention_seq = attention([query_seq_encoding, value_seq_encoding])
+    query_encoding = layers.GlobalAveragePooling1D()(query_seq_encoding)
+    query_value_attention = layers.GlobalAveragePooling1D()(query_value_attention_seq)
+    input_layer = layers.Concatenate()([query_encoding, query_value_attention])
+    return keras.Model([query_input, value_input], layers.Dense(2)(input_layer))
+
+
+def concat_attention_scorer() -> keras.Model:
+    return _query_value_scorer(layers.Attention(use_scale=True, score_mode="concat"))
+
+
+def additive_attention_scorer() -> keras.Model:
+    return _query_value_scorer(layers.AdditiveAttention())

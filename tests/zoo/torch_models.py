@@ -131,6 +131,37 @@ class CrossAttentionDecoder(nn.Module):
         return self.out(attended), weights
 
 
+class QueryValueScorer(nn.Module):
+    """The Keras docs' CNN + attention example (query and value token sequences, a shared embedding and Conv1D,
+    attention, average pooling, a classifier), written in PyTorch with torch_impl.keras_layers' twin of the
+    Keras attention layer it uses."""
+
+    def __init__(self, attention: nn.Module):
+        super().__init__()
+        self.token_embedding = nn.Embedding(VOCAB, EMBED)
+        self.cnn_layer = nn.Conv1d(EMBED, HIDDEN, kernel_size=3, padding="same")
+        self.attention = attention
+        self.dense = nn.Linear(2 * HIDDEN, 2)
+
+    def forward(self, query_tokens, value_tokens):
+        query = self.cnn_layer(self.token_embedding(query_tokens).transpose(1, 2)).transpose(1, 2)  # [B, Tq, H]
+        value = self.cnn_layer(self.token_embedding(value_tokens).transpose(1, 2)).transpose(1, 2)  # [B, Tv, H]
+        attended = self.attention([query, value])  # [B, Tq, H]
+        return self.dense(torch.cat([query.mean(1), attended.mean(1)], dim=-1))
+
+
+def concat_attention_scorer() -> nn.Module:
+    from torch_impl.keras_layers import Attention
+
+    return QueryValueScorer(Attention(use_scale=True, score_mode="concat"))
+
+
+def additive_attention_scorer() -> nn.Module:
+    from torch_impl.keras_layers import AdditiveAttention
+
+    return QueryValueScorer(AdditiveAttention(HIDDEN))
+
+
 def self_attention_classifier() -> nn.Module:
     return SelfAttentionClassifier()
 
