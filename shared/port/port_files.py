@@ -100,6 +100,8 @@ def _check_format_fits_name(paths: dict, fmt: Format, named: str, destination: b
         shown = next((other for other in FORMATS.values() if path.name.endswith(other.suffix)), None)
         if shown is None or shown.name == fmt.name or not (destination or path.is_file()):
             continue
+        if not destination and {shown.name, fmt.name} == {"keras_weights", "tf_checkpoint"}:
+            continue  # one reader takes both (a tutorial's parts saved as .weights.h5: --from tf-nmt-2020)
         verb = "writes" if destination else "reads"
         raise ValueError(f"{path}: its name says {shown.description} ({shown.suffix}), but {named} {verb} "
                          f"{fmt.description} files; name the format the file has")  # fmt: skip

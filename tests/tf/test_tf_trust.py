@@ -51,7 +51,11 @@ def test_a_file_in_the_checkpoints_place_is_refused_naming_it_not_a_staging_path
 
 def test_a_file_named_as_another_format_than_from_says_both(tmp_path, capsys):
     source = _source(tf_impl, tmp_path)  # m.weights.h5
-    for named in ("tf-nmt-2020", "tf_checkpoint", "torch"):
+    for named, reads in (("torch", "PyTorch state_dict"), ("safetensors", "canonical safetensors"), ("keras", "Keras model")):
         err = _one_line_error(capsys, ["port", str(source), str(tmp_path / "o.pt"), "--model", NAME, *SETS, "--from", named])
-        assert f"{source}: its name says Keras weights (.weights.h5), but --from {named} reads" in err
-        assert "nothing there" not in err
+        assert f"{source}: its name says Keras weights (.weights.h5), but --from {named} reads {reads} files" in err
+    torch_file = tmp_path / "m.pt"
+    torch_file.write_bytes(b"a torch file")
+    err = _one_line_error(capsys, ["port", str(torch_file), str(tmp_path / "o.weights.h5"), "--from", "tf-nmt-2020"])
+    assert "its name says PyTorch state_dict (.pt), but --from tf-nmt-2020 reads TensorFlow checkpoint files" in err
+    assert "nothing there" not in err
