@@ -208,3 +208,52 @@ def test_different_head_counts_of_the_same_shapes_are_refused():
     with pytest.raises(ValueError, match=r"configuration differs: 0 -> .*heads 5 != 3"):
         convert(torch_model, layer)
     assert canonical.RULES["multi_head_attention"].kind == "multi_head_attention"
+
+
+# ---- training: 200 steps of torch's Adam and clipping in both stacks, from the ported weights ----
+
+STEPS, LR, CLIP = 200, 1e-2, 0.5
+LABELS = np.random.default_rng(5).integers(0, 2, len(TOKENS))
+
+
+def _torch_curve(model) -> list[float]:
+    optimizer = torch.optim.Adam(model.parameters(), lr=LR)
+    curve = []
+    for _ in range(STEPS):
+        optimizer.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(torch.as_tensor(TOKENS)), torch.as_tensor(LABELS))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
+        optimizer.step()
+        curve.append(loss.item())
+    return curve
+
+
+def _keras_curve(model, optimizer) -> list[float]:
+    import tensorflow as tf
+
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, dtype="float64")  # not floatx: float32
+    curve = []
+    for _ in range(STEPS):
+        with tf.GradientTape() as tape:
+            loss = loss_fn(LABELS, model(TOKENS, training=True))
+        optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables, strict=True))
+        curve.append(float(loss))
+    return curve
+
+
+def test_200_training_steps_of_torchs_adam_follow_one_curve_in_both_stacks():
+    """The self-attention classifier ported torch -> Keras, then 200 steps of Adam with torch's clipping in
+    each (TorchAdam in Keras): one loss curve in float64; stock Keras Adam (epsilon hat) leaves it (control)."""
+    from tf_impl.keras_compat.optim import TorchAdam
+
+    torch_model, keras_model = _pair("self_attention_classifier")
+    stock = _build("tf", "self_attention_classifier", "float64", 2)
+    convert(torch_model, stock)
+    expected = _torch_curve(torch_model)
+    curve = _keras_curve(keras_model, TorchAdam(LR, clip_grad_norm=CLIP))
+    assert np.abs(np.array(curve) - expected).max() <= 1e-9
+    assert expected[-1] < 0.5 * expected[0]  # it did train
+    assert verify(torch_model, keras_model, TOKENS).components[0].max_abs <= 1e-9  # the trained weights agree
+    drifted = _keras_curve(stock, keras.optimizers.Adam(LR, global_clipnorm=CLIP))
+    assert np.abs(np.array(drifted) - expected).max() > 1e-6
