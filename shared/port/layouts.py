@@ -111,7 +111,9 @@ class Transform:
     def describe(self) -> str:
         """What it does, in words, for `rosetta port`'s report."""
         if self.kind == "swap":
-            return f"{self.target[0]} and {self.target[1]} trade places"
+            return (
+                f"{self.target[0]} and {self.target[1]} trade places (so the catalogue's model computes this layout's function)"
+            )
         if self.kind == "zero_bias":
             return f"{self.target} has no bias in the file (zeros in the model)"
         order = self.order or tuple(reversed(range(self.blocks)))

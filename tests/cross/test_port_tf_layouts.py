@@ -101,10 +101,13 @@ def test_a_checkpoint_that_fits_both_revisions_is_named_as_such_and_never_ported
     assert not (tmp_path / "nmt.pt").exists()
     assert rosetta([*argv, "--from", "tf-nmt-2020"]) == 0
     out = capsys.readouterr().out.splitlines()
+    assert not any(line.startswith("layout tf-nmt-2020:") for line in out)  # the catalogue's own mapping: nothing to say
     assert "the file also fits tf-nmt-2021 (other arrays in decoder.attention.W1, decoder.attention.W2)" in out[2]
     assert "ported." not in out and out[-2].startswith("ported as tf-nmt-2020, the layout you named (the file fits tf-nmt-2021")
     assert rosetta([*argv, "--from", "tf-nmt-2021", "--reference", reference, "--force"]) == 0
     out = capsys.readouterr().out.splitlines()
+    assert out[2] == ("layout tf-nmt-2021: decoder.attention.W1 and decoder.attention.W2 trade places (so the catalogue's "
+                      "model computes this layout's function)")  # fmt: skip
     assert "the file also fits the catalogue's own layout and tf-nmt-2020" in out[3] and "decides" in out[3]
     assert out[-2] == "ported."  # the user's own model was compared (float64, the 2021 tutorial's classes)
 
