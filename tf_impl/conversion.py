@@ -18,7 +18,7 @@ from keras.src.models.functional import Functional
 
 from shared.core.canonical import RULES
 from shared.port.conversion import Leaf, map_inputs, positional, shortest_paths
-from tf_impl.keras_compat.backends import exact_attention_scale
+from tf_impl.keras_compat.backends import exact_float64
 from tf_impl.keras_compat.layers import TorchLSTM, TorchLSTMCell, TorchRNNCell
 from tf_impl.references import float64_policy
 
@@ -32,6 +32,17 @@ _CELLS = {  # cell class -> (rule kind, holds one summed bias)
     keras.layers.SimpleRNNCell: ("rnn", True),
     keras.layers.LSTMCell: ("lstm", True),
 }
+# keras-hub's Transformer blocks keep their parts private: each part under the name of its torch counterpart
+# (nn.TransformerEncoderLayer / nn.TransformerDecoderLayer), so the two pair by name
+HUB_BLOCK_PARTS = {
+    "TransformerEncoder": {"self_attn": "_self_attention_layer", "norm1": "_self_attention_layer_norm",
+                           "linear1": "_feedforward_intermediate_dense", "linear2": "_feedforward_output_dense",
+                           "norm2": "_feedforward_layer_norm"},
+    "TransformerDecoder": {"self_attn": "_self_attention_layer", "norm1": "_self_attention_layer_norm",
+                           "multihead_attn": "_cross_attention_layer", "norm2": "_cross_attention_layer_norm",
+                           "linear1": "_feedforward_intermediate_dense", "linear2": "_feedforward_output_dense",
+                           "norm3": "_feedforward_layer_norm"},
+}  # fmt: skip
 # Keras layers whose weights are bare weights of the same names in their torch twins (torch_impl/keras_layers.py):
 # `scale`, `concat_score_weight`
 BARE_WEIGHT_LAYERS = (keras.layers.Attention, keras.layers.AdditiveAttention)
@@ -74,13 +85,36 @@ def _visit(layer, path: str, found: list, unsupported: list, rules) -> None:
             _visit(child, f"{path}{name}.", found, unsupported, rules)
         elif isinstance(child, keras.Variable):
             found.append(_leaf(f"{path}{name}", "parameter", "weight", {"value": child}, rules["parameter"], {}))
+    _add_block_facts(layer, path, found)
+
+
+def _hub_block(layer) -> str | None:
+    """The keras-hub Transformer block `layer` is (HUB_BLOCK_PARTS), or None."""
+    name = type(layer).__name__
+    return name if type(layer).__module__.startswith("keras_hub.") and name in HUB_BLOCK_PARTS else None
+
+
+def _add_block_facts(layer, path: str, found: list) -> None:
+    """A keras-hub block's norm order and activation, stated on its self-attention leaf (torch states its
+    block's alike): a block computing otherwise does not pair."""
+    if _hub_block(layer) is None:
+        return
+    facts = {"norm first": bool(layer.normalize_first), "activation": keras.activations.get(layer.activation).__name__}
+    for leaf in found:
+        if leaf.path == f"{path}self_attn":
+            leaf.facts.update(facts)
 
 
 def _children(layer) -> list[tuple[str, object]]:
-    """(name, layer or variable) under `layer`: a functional or Sequential model's layers by their names,
-    otherwise its public attributes, lists and dicts of layers element by element."""
+    """(name, layer or variable) under `layer`: a functional or Sequential model's layers by their names, a
+    keras-hub block's parts by their torch names, otherwise its public attributes, lists and dicts of layers
+    element by element."""
     if isinstance(layer, (keras.Sequential, Functional)):
         return [(child.name, child) for child in layer.layers]
+    block = _hub_block(layer)
+    if block is not None:
+        parts = ((name, getattr(layer, private, None)) for name, private in HUB_BLOCK_PARTS[block].items())
+        return [(name, part) for name, part in parts if part is not None]
     out = []
     for name, value in vars(layer).items():
         if name.startswith("_"):
@@ -226,7 +260,7 @@ def _float64_from_config(model, inputs=None):
         return None
     if not twin.built and inputs is not None:
         run(twin, inputs)
-    exact_attention_scale(twin)
+    exact_float64(twin)
     if not all(str(variable.dtype) == "float64" for variable in twin.weights) or len(twin.weights) != len(model.weights):
         return None
     twin.set_weights([np.asarray(weight, np.float64) for weight in model.get_weights()])
@@ -284,7 +318,7 @@ def build(factory, dtype: str, inputs=None):
         run(model, inputs)
     if dtype == "float64" and not all(str(variable.dtype) == "float64" for variable in model.weights):
         return None
-    exact_attention_scale(model)  # a float64 MultiHeadAttention's scale, exactly (see its docstring)
+    exact_float64(model)  # a float64 MultiHeadAttention's scale and gelu, exactly (see its docstring)
     return model
 
 

@@ -60,6 +60,17 @@ def _visit(module: nn.Module, path: str, found: list, unsupported: list) -> None
     for name, child in module._modules.items():  # every name, not named_children's first: shortest_paths picks
         if child is not None:
             _visit(child, f"{path}{name}.", found, unsupported)
+    if isinstance(module, (nn.TransformerEncoderLayer, nn.TransformerDecoderLayer)):
+        _add_block_facts(module, path, found)
+
+
+def _add_block_facts(block: nn.Module, path: str, found: list) -> None:
+    """A Transformer layer's norm order and activation, stated on its self-attention leaf (a keras-hub block
+    states its own alike)."""
+    activation = getattr(block.activation, "__name__", type(block.activation).__name__.lower())
+    for leaf in found:
+        if leaf.path == f"{path}self_attn":
+            leaf.facts.update({"norm first": bool(block.norm_first), "activation": activation})
 
 
 def _kind(module: nn.Module) -> str | None:

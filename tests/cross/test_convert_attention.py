@@ -111,13 +111,13 @@ def test_kerass_float64_scale_is_made_exact_and_without_it_the_proof_fails(monke
     """Keras casts its Python-float 1/sqrt(key_dim) through a float32 tensor (tensorflow/tensorflow#35938):
     float64 attention then differs from torch's by ~1e-9. With the scale made exact, 1e-16."""
     assert _worst(_ported("cross_attention_decoder", "torch")) <= 1e-12
-    monkeypatch.setattr(keras_side, "exact_attention_scale", lambda model: 0)
+    monkeypatch.setattr(keras_side, "exact_float64", lambda model: 0)
     worst = _worst(_ported("cross_attention_decoder", "torch"))
     assert 1e-12 < worst < 1e-6, worst  # the trap: float32 rounding of the scale in a float64 model
     with float64_policy():
         layer = keras.layers.MultiHeadAttention(num_heads=HEADS, key_dim=MODEL_DIM // HEADS)
         layer(np.zeros((1, 2, MODEL_DIM)), np.zeros((1, 3, MODEL_DIM)))
-    assert backends.exact_attention_scale(layer) == 1 and layer._inverse_sqrt_key_dim == 1 / np.sqrt(np.float64(5))
+    assert backends.exact_float64(layer) == 1 and layer._inverse_sqrt_key_dim == 1 / np.sqrt(np.float64(5))
 
 
 def test_mask_polarity_torch_ignores_where_true_keras_attends_where_true():

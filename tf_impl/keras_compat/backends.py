@@ -204,20 +204,31 @@ def _cudnn_gru(layer) -> bool:
     return allowed and activations == ("tanh", "sigmoid") and cell.use_bias and cell.reset_after
 
 
-def exact_attention_scale(model) -> int:
-    """Every float64 `keras.layers.MultiHeadAttention` under `model` scales its queries by 1/sqrt(key_dim) in
-    float64; returns how many it set.
+def exact_float64(model) -> int:
+    """Every float64 layer under `model` whose Keras arithmetic rounds a constant to float32, given the float64
+    constant; returns how many it changed (float32 layers are left as they are: they round alike).
 
-    Keras keeps that scale as a Python float and casts it to the computing dtype (`ops.cast`, the TF backend's
-    `tf.cast`): TensorFlow and torch turn a Python float into a float32 tensor first, so float64 attention is
-    scaled by a float32-rounded 1/sqrt(5) (tensorflow/tensorflow#35938, #64548). The logits then differ from
-    torch's float64 by 1e-9 relative, enough to hide a real mismatch in a 1e-12 proof. A numpy float64 scale
-    casts exactly; in float32 it rounds as the Python float did, so float32 layers are left as they are.
+    Keras and TensorFlow cast Python floats to a tensor's dtype through a float32 tensor first
+    (tensorflow/tensorflow#35938, #64548), so a float64 model computes with float32-rounded constants:
+    - `keras.layers.MultiHeadAttention` scales its queries by `ops.cast(1/sqrt(key_dim))` (1/sqrt(5) is no float32
+      number): 7e-9 off torch's float64 attention;
+    - `keras.activations.gelu` runs `tf.nn.gelu`, whose 1/sqrt(2) is cast alike: 5e-9 off torch's exact gelu.
+    Either is enough to hide a real mismatch in a 1e-12 proof. A numpy float64 scale casts exactly; the gelu
+    is given in float64 (`exact_gelu`).
     """
     layers = [model, *model._flatten_layers(include_self=False)] if hasattr(model, "_flatten_layers") else [model]
-    fixed = 0
-    for layer in layers:
-        if isinstance(layer, keras.layers.MultiHeadAttention) and str(layer.compute_dtype) == "float64":
+    changed = 0
+    for layer in (layer for layer in layers if str(layer.compute_dtype) == "float64"):
+        if isinstance(layer, keras.layers.MultiHeadAttention):
             layer._inverse_sqrt_key_dim = np.float64(1.0) / np.sqrt(np.float64(layer.key_dim))
-            fixed += 1
-    return fixed
+            changed += 1
+        if isinstance(layer, keras.layers.Dense) and layer.activation is keras.activations.gelu:
+            layer.activation = exact_gelu
+            changed += 1
+    return changed
+
+
+def exact_gelu(x):
+    """`gelu(x) = 0.5 x (1 + erf(x / sqrt(2)))` with its constant in float64 (torch's `F.gelu`)."""
+    x = keras.ops.convert_to_tensor(x)
+    return 0.5 * x * (1.0 + keras.ops.erf(x * np.sqrt(np.float64(0.5))))
