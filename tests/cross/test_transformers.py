@@ -31,6 +31,7 @@ CASES = {  # name -> (torch factory, Keras factory, inputs)
     ),
     "decoder, keras-hub": (zoo.TransformerTagger, zoo.HubTagger, TAGGER_INPUTS),
     "one layer, a Keras block by hand": (zoo.OneLayerClassifier, zoo.block_classifier, TOKENS),
+    "nn.Transformer, keras-hub stacks": (zoo.TransformerSeq2Seq, zoo.HubSeq2Seq, (TOKENS, TOKENS[:, :5])),
 }
 BOUNDS = {"float64": 1e-12, "float32": 1e-5}
 

@@ -129,3 +129,47 @@ def transformer_tagger() -> nn.Module:
 
 def hub_tagger() -> keras.Model:
     return HubTagger()
+
+
+class TransformerSeq2Seq(nn.Module):
+    """`nn.Transformer` as the torch translation tutorial uses it: source and target embeddings, the model
+    (two encoder and two decoder layers, their final LayerNorms), a causal target mask, a generator."""
+
+    def __init__(self):
+        super().__init__()
+        self.src_embedding = nn.Embedding(VOCAB, MODEL_DIM)
+        self.tgt_embedding = nn.Embedding(VOCAB, MODEL_DIM)
+        self.transformer = nn.Transformer(MODEL_DIM, HEADS, num_encoder_layers=2, num_decoder_layers=2, dim_feedforward=FFN,
+                                          batch_first=True)  # fmt: skip
+        self.generator = nn.Linear(MODEL_DIM, VOCAB)
+
+    def forward(self, src, tgt):
+        mask = nn.Transformer.generate_square_subsequent_mask(tgt.shape[1], dtype=self.generator.weight.dtype)
+        return self.generator(
+            self.transformer(self.src_embedding(src), self.tgt_embedding(tgt), tgt_mask=mask, tgt_is_causal=True)
+        )
+
+
+class HubSeq2Seq(keras.Model):
+    """Its Keras twin from keras-hub's blocks: encoder and decoder stacks, each with a final LayerNormalization
+    (nn.Transformer's `encoder.norm`, `decoder.norm`)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.src_embedding = layers.Embedding(VOCAB, MODEL_DIM)
+        self.tgt_embedding = layers.Embedding(VOCAB, MODEL_DIM)
+        self.encoder_layers = [keras_hub.layers.TransformerEncoder(FFN, HEADS, layer_norm_epsilon=1e-5) for _ in range(2)]
+        self.encoder_norm = layers.LayerNormalization(epsilon=1e-5)
+        self.decoder_layers = [keras_hub.layers.TransformerDecoder(FFN, HEADS, layer_norm_epsilon=1e-5) for _ in range(2)]
+        self.decoder_norm = layers.LayerNormalization(epsilon=1e-5)
+        self.generator = layers.Dense(VOCAB)
+
+    def call(self, src, tgt):
+        memory = self.src_embedding(src)
+        for layer in self.encoder_layers:
+            memory = layer(memory)
+        memory = self.encoder_norm(memory)
+        x = self.tgt_embedding(tgt)
+        for layer in self.decoder_layers:
+            x = layer(x, memory)
+        return self.generator(self.decoder_norm(x))
