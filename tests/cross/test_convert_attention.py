@@ -24,7 +24,7 @@ from tf_impl.references import float64_policy
 RNG = np.random.default_rng(0)
 TOKENS = RNG.integers(1, VOCAB, (3, 7))
 INPUTS = {"self_attention_classifier": TOKENS, "cross_attention_decoder": (RNG.normal(size=(3, 6, HIDDEN)) * 2, TOKENS[:, :4])}
-BOUNDS = {"float64": 1e-12, "float32": 1e-5}
+BOUNDS = {"float64": 1e-12, "float32": 1e-5}  # max |diff| of outputs
 SIDES = {"torch": (torch_side, torch_models), "tf": (keras_side, keras_models)}
 
 
@@ -257,3 +257,46 @@ def test_200_training_steps_of_torchs_adam_follow_one_curve_in_both_stacks():
     assert verify(torch_model, keras_model, TOKENS).components[0].max_abs <= 1e-9  # the trained weights agree
     drifted = _keras_curve(stock, keras.optimizers.Adam(LR, global_clipnorm=CLIP))
     assert np.abs(np.array(drifted) - expected).max() > 1e-6
+
+
+# ---- the TF tutorial as it is today (2022 rewrite: MultiHeadAttention + Add + LayerNormalization) ----
+
+
+def _nmt_2022(side: str, dtype: str, eps: float | None = None):
+    from tests.tutorials import tf_nmt_2022
+    from tests.zoo import tf_nmt_2022_torch
+
+    inputs = tuple(np.asarray(array) for array in tf_nmt_2022.example_batch())  # no padding: see below
+    torch.manual_seed(1)
+    keras.utils.set_random_seed(2)
+    if side == "tf":
+        return keras_side.build(tf_nmt_2022.translator, dtype, inputs), inputs  # its call takes (context, target_in)
+    model = torch_side.build(tf_nmt_2022_torch.translator, dtype, inputs)
+    if eps is not None:
+        model.decoder.attention.layernorm.eps = eps
+    return model, inputs
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("source", ["torch", "tf"])
+def test_the_2022_tf_tutorials_translator_ports_both_ways_with_its_pytorch_twin(source, dtype):
+    """The tutorial's own classes (tests/tutorials/tf_nmt_2022.py) and a PyTorch twin written with
+    nn.MultiheadAttention: every layer pairs by name; logits and the kept attention weights agree."""
+    keras_model, inputs = _nmt_2022("tf", dtype)
+    torch_model, _ = _nmt_2022("torch", dtype)
+    src, dst = (torch_model, keras_model) if source == "torch" else (keras_model, torch_model)
+    done = convert(src, dst)
+    assert {pair.how for pair in done.pairs} == {"name"} and len(done.pairs) == 7
+    torch_logits = torch_model(*(torch.as_tensor(array) for array in inputs)).detach().numpy()
+    keras_logits = np.asarray(keras_model(inputs))
+    assert np.abs(torch_logits - keras_logits).max() <= BOUNDS[dtype]
+    attention = torch_model.decoder.attention.last_attention_weights.detach().numpy()
+    assert np.abs(attention - np.asarray(keras_model.decoder.last_attention_weights)).max() <= BOUNDS[dtype]
+
+
+def test_the_twin_with_torchs_default_layer_norm_epsilon_is_refused():
+    """Negative control: nn.LayerNorm's 1e-5 is not Keras's LayerNormalization default 1e-3."""
+    keras_model, _ = _nmt_2022("tf", "float32")
+    torch_model, _ = _nmt_2022("torch", "float32", eps=1e-5)
+    with pytest.raises(ValueError, match=r"decoder.attention.layernorm -> decoder.attention.layernorm: eps 1e-05 != 0.001"):
+        convert(torch_model, keras_model)
