@@ -58,24 +58,6 @@ def test_d2ls_bahdanau_seq2seq_ports_both_ways_pairing_every_layer_by_name(direc
     assert check.ok and worst <= {"float64": 1e-12, "float32": 1e-5}[dtype], worst
 
 
-def test_without_shortest_paths_d2ls_attention_would_pair_by_a_guess_and_is_refused(monkeypatch):
-    """Negative control: named by the first path a walk meets (`hparams.decoder...`), nothing pairs by name
-    and W_k and W_q (same kind and shape) pair in order: refused without inputs, naming them."""
-
-    def first_path(leaves):
-        kept = {}
-        for leaf in leaves:
-            kept.setdefault(tuple(id(handle) for handle in leaf.handles), leaf)
-        return list(kept.values())
-
-    monkeypatch.setattr(keras_side, "shortest_paths", first_path)
-    torch_model, keras_model = _d2l_torch("float64"), _d2l_keras("float64")
-    with pytest.raises(ValueError, match=r"pairs were made by order") as error:
-        convert(torch_model, keras_model)
-    assert "decoder.attention.W_k (Linear) -> hparams.decoder.attention.W_k" in str(error.value)
-    assert "pass inputs=" in str(error.value)
-
-
 def test_a_lazy_torch_model_is_one_clear_error():
     unrun = d2l_torch.bahdanau_seq2seq()
     with pytest.raises(
@@ -181,3 +163,39 @@ def test_a_key_map_entry_that_pairs_nothing_is_refused():
     with pytest.raises(ValueError, match=r"pairs no source layer with renames\[1\] \(prefix 'nope' -> 'y'\)"):
         convert(source, target, key_map=renames)
     assert json.dumps(SETTLING_KEY_MAP)  # the settling map is plain JSON, as --key-map reads it
+
+
+class DictHeldScorer(keras.Model):
+    """The Keras scorer holding its layers in a dict first, under other keys (as a config dict would), then as
+    the attributes torch's twin names."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        layers = {"key": keras.layers.Dense(UNITS, use_bias=False), "query": keras.layers.Dense(UNITS, use_bias=False),
+                  "score": keras.layers.Dense(1, use_bias=False)}  # fmt: skip
+        self.hparams = layers
+        self.W_q, self.W_k, self.w_v = layers["query"], layers["key"], layers["score"]
+
+    def call(self, queries, keys):
+        features = keras.ops.tanh(self.W_q(queries)[:, :, None] + self.W_k(keys)[:, None])
+        return keras.ops.softmax(keras.ops.squeeze(self.w_v(features), -1), axis=-1) @ keys
+
+
+def test_a_layer_held_twice_is_named_by_its_shortest_path_and_without_it_the_pairing_is_a_guess(monkeypatch):
+    """Named by its shortest path, each layer pairs by name. Negative control: named by the first path a walk
+    meets (`hparams.key`), W_q and W_k (same kind and shape) pair in order, crosswise: refused without inputs."""
+    torch.manual_seed(0)
+    source, target = TorchScorer().double(), keras_side.build(DictHeldScorer, "float64", SCORER_INPUTS)
+    assert {pair.how for pair in convert(source, target).pairs} == {"name"}
+
+    def first_path(leaves):
+        kept = {}
+        for leaf in leaves:
+            kept.setdefault(tuple(id(handle) for handle in leaf.handles), leaf)
+        return list(kept.values())
+
+    monkeypatch.setattr(keras_side, "shortest_paths", first_path)
+    with pytest.raises(
+        ValueError, match=r"2 pairs were made by order .*W_q \(Linear\) -> hparams.key; W_k \(Linear\) -> hparams.query"
+    ):
+        convert(source, target)
