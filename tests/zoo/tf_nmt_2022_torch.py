@@ -29,6 +29,8 @@ KERAS_LAYER_NORM_EPS = 1e-3  # keras.layers.LayerNormalization's default epsilon
 
 
 class Encoder(nn.Module):
+    """The tutorial's `Encoder`: embeddings, a bidirectional GRU with its directions summed."""
+
     def __init__(self, vocab_size, units):
         super().__init__()
         self.vocab_size = vocab_size
@@ -44,6 +46,8 @@ class Encoder(nn.Module):
 
 
 class CrossAttention(nn.Module):
+    """The tutorial's `CrossAttention`: one-head attention over the context, the residual, a LayerNorm."""
+
     def __init__(self, units):
         super().__init__()
         self.mha = nn.MultiheadAttention(units, num_heads=1, batch_first=True)
@@ -59,6 +63,8 @@ class CrossAttention(nn.Module):
 
 
 class Decoder(nn.Module):
+    """The tutorial's `Decoder`, teacher-forced: embeddings, a GRU, cross-attention, the logits."""
+
     def __init__(self, vocab_size, units):
         super().__init__()
         self.vocab_size = vocab_size
@@ -80,6 +86,8 @@ class Decoder(nn.Module):
 
 
 class Translator(nn.Module):
+    """The tutorial's `Translator`: the encoder over the context, the decoder over `target_in`."""
+
     def __init__(self, units, context_vocab_size, target_vocab_size):
         super().__init__()
         self.encoder = Encoder(context_vocab_size, units)
