@@ -216,8 +216,8 @@ STEPS, LR, CLIP = 200, 1e-2, 0.5
 LABELS = np.random.default_rng(5).integers(0, 2, len(TOKENS))
 
 
-def _torch_curve(model) -> list[float]:
-    optimizer = torch.optim.Adam(model.parameters(), lr=LR)
+def _torch_curve(model, optimizer=None) -> list[float]:
+    optimizer = optimizer or torch.optim.Adam(model.parameters(), lr=LR)
     curve = []
     for _ in range(STEPS):
         optimizer.zero_grad()
@@ -244,17 +244,27 @@ def _keras_curve(model, optimizer) -> list[float]:
 
 def test_200_training_steps_of_torchs_adam_follow_one_curve_in_both_stacks():
     """The self-attention classifier ported torch -> Keras, then 200 steps of Adam with torch's clipping in
-    each (TorchAdam in Keras): one loss curve in float64; stock Keras Adam (epsilon hat) leaves it (control)."""
+    each (TorchAdam in Keras): one loss curve in float64, and Adam's moments of the attention map by its leaf
+    rule; stock Keras Adam (epsilon hat) leaves the curve (control)."""
     from tf_impl.keras_compat.optim import TorchAdam
 
     torch_model, keras_model = _pair("self_attention_classifier")
     stock = _build("tf", "self_attention_classifier", "float64", 2)
     convert(torch_model, stock)
-    expected = _torch_curve(torch_model)
-    curve = _keras_curve(keras_model, TorchAdam(LR, clip_grad_norm=CLIP))
+    torch_adam, keras_adam = torch.optim.Adam(torch_model.parameters(), lr=LR), TorchAdam(LR, clip_grad_norm=CLIP)
+    expected = _torch_curve(torch_model, torch_adam)
+    curve = _keras_curve(keras_model, keras_adam)
     assert np.abs(np.array(curve) - expected).max() <= 1e-9
     assert expected[-1] < 0.5 * expected[0]  # it did train
     assert verify(torch_model, keras_model, TOKENS).components[0].max_abs <= 1e-9  # the trained weights agree
+    # Adam's moments of the attention, torch's through the same leaf rule, are Keras's slots
+    layer = next(layer for layer in keras_model.layers if isinstance(layer, keras.layers.MultiHeadAttention))
+    for moment, slots in (("exp_avg", keras_adam._momentums), ("exp_avg_sq", keras_adam._velocities)):
+        canon = {name: torch_adam.state[param][moment].numpy() for name, param in torch_model.attention.named_parameters()}
+        mapped = RULES["multi_head_attention"].to_keras(canon)
+        for name, variable in keras_side._attention_variables(layer).items():
+            slot = slots[keras_adam._get_variable_index(variable)].numpy()
+            assert np.abs(np.reshape(mapped[name], variable.shape) - slot).max() <= 1e-9 * max(1.0, np.abs(slot).max()), name
     drifted = _keras_curve(stock, keras.optimizers.Adam(LR, global_clipnorm=CLIP))
     assert np.abs(np.array(drifted) - expected).max() > 1e-6
 
