@@ -18,9 +18,8 @@ from keras.src.models.functional import Functional
 
 from shared.core.canonical import RULES
 from shared.port.conversion import Leaf, map_inputs, positional, shortest_paths
-from tf_impl.keras_compat.backends import exact_float64
+from tf_impl.keras_compat.backends import check_dtype, exact_float64, float64_policy
 from tf_impl.keras_compat.layers import TorchLSTM, TorchLSTMCell, TorchRNNCell
-from tf_impl.references import float64_policy
 
 SUPPORTED = ("Dense, Embedding, SimpleRNN, GRU (reset_after=True), LSTM, Bidirectional, RNN over SimpleRNNCell / "
              "GRUCell / LSTMCell (stacked too), the cells themselves, LayerNormalization, Conv1D, MultiHeadAttention, Attention, "
@@ -115,8 +114,12 @@ def _children(layer) -> list[tuple[str, object]]:
     if block is not None:
         parts = ((name, getattr(layer, private, None)) for name, private in HUB_BLOCK_PARTS[block].items())
         return [(name, part) for name, part in parts if part is not None]
+    attributes = dict(vars(layer))
+    modules = getattr(layer, "_modules", None)  # on Keras's torch backend a layer is a torch Module: sublayers sit here
+    if isinstance(modules, dict):
+        attributes.update((name, module) for name, module in modules.items() if name not in attributes)
     out = []
-    for name, value in vars(layer).items():
+    for name, value in attributes.items():
         if name.startswith("_"):
             continue
         if isinstance(value, (list, tuple)):
@@ -183,6 +186,10 @@ def _attention_variables(layer) -> dict:
         problems.append(f"output_shape {layer._output_shape} is not the query's width {width}")
     if layer.attention_axes not in (None, (1,), [1]):
         problems.append(f"attention_axes {layer.attention_axes}: torch attends over the sequence axis only")
+    if getattr(layer, "_sliding_window", None) is not None:
+        problems.append(f"sliding_window {layer._sliding_window}: torch's attention sees every key")
+    if getattr(layer, "_use_gate", False):
+        problems.append("use_gate: torch's attention has no output gate")
     if problems:
         raise ValueError(f"{layer.name}: a MultiHeadAttention that nn.MultiheadAttention cannot compute: {'; '.join(problems)}")
     dense = {"query": layer._query_dense, "key": layer._key_dense, "value": layer._value_dense, "output": layer._output_dense}
@@ -252,6 +259,7 @@ def _leaf(path: str, kind: str, layer: str, variables: dict, rule, facts: dict, 
 def _float64_from_config(model, inputs=None):
     """A float64 copy of `model` rebuilt from its config under a float64 dtype policy, holding its weights
     widened; None where the model cannot be rebuilt so (no config, or it fixes its own dtype)."""
+    check_dtype("float64")
     try:
         config = _without_dtypes(keras.saving.serialize_keras_object(model))
         with float64_policy():
@@ -308,6 +316,7 @@ def build(factory, dtype: str, inputs=None):
     """The user's model from `factory()` (under a float64 dtype policy for float64), built on `inputs`
     where it has no weights yet; None where float64 was asked and the model keeps another dtype."""
     if dtype == "float64":
+        check_dtype(dtype)  # float64 computed as float64 on this backend (JAX's x64, Keras's type promotion)
         with float64_policy():
             model = factory()
     else:

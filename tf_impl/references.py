@@ -8,9 +8,7 @@ their file (same keys and object graph, values widened exactly).
 
 from __future__ import annotations
 
-import contextlib
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
@@ -19,6 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from shared.port.references import Reference
+from tf_impl.keras_compat.backends import float64_policy  # here before: tf_impl.references.float64_policy still works
 
 # what a key map may name (`"reference"`, `"runner"`): a key map is data, passed around like a checkpoint
 SHIPPED = ("tf_nmt_2020", "tf_nmt_2021", "run_tf_nmt")
@@ -43,26 +42,6 @@ def in_float64(model, builder, source: str) -> tuple[object, str]:
         return model, "float32"
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def float64_policy():
-    """Keras 3's dtype policy and floatx (a `keras.Input`'s default dtype), and legacy tf_keras's floatx where
-    loaded, set to float64 inside."""
-    previous, previous_floatx = keras.config.dtype_policy(), keras.config.floatx()
-    legacy = sys.modules.get("tf_keras")
-    legacy_previous = legacy.backend.floatx() if legacy else None
-    keras.config.set_dtype_policy("float64")
-    keras.config.set_floatx("float64")
-    if legacy:
-        legacy.backend.set_floatx("float64")
-    try:
-        yield
-    finally:
-        keras.config.set_dtype_policy(previous)
-        keras.config.set_floatx(previous_floatx)
-        if legacy:
-            legacy.backend.set_floatx(legacy_previous)
 
 
 def _widened_source(source: str, folder: Path) -> str | None:

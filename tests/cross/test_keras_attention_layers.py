@@ -14,10 +14,11 @@ import tf_impl.conversion as keras_side
 import torch_impl.conversion as torch_side
 from shared.port.conversion import convert, verify
 from tests.zoo import keras_models, torch_models
-from tf_impl.references import float64_policy
+from tf_impl.keras_compat.backends import float64_policy
 from torch_impl import keras_layers
 
 RNG = np.random.default_rng(0)
+_np = keras.ops.convert_to_numpy  # a Keras tensor of any backend as numpy
 QUERY, VALUE, KEY = (RNG.normal(size=(3, steps, 6)) for steps in (4, 5, 5))
 VALUE_MASK = np.arange(5) < np.array([[5], [3], [1]])  # [B, Tv]: True = keep (Keras's polarity)
 QUERY_MASK = np.arange(4) < np.array([[4], [2], [3]])  # [B, Tq]
@@ -64,14 +65,14 @@ def test_the_torch_twins_compute_kerass_attention(layer, call):
     keras_layer, twin = _pair(layer)
     expected, scores = keras_layer([QUERY, VALUE, KEY], return_attention_scores=True, **CALLS[call])
     output, weights = _torch_call(twin, CALLS[call], return_attention_scores=True)
-    assert np.abs(output.detach().numpy() - expected.numpy()).max() <= 1e-12
-    assert np.abs(weights.detach().numpy() - scores.numpy()).max() <= 1e-12
+    assert np.abs(output.detach().numpy() - _np(expected)).max() <= 1e-12
+    assert np.abs(weights.detach().numpy() - _np(scores)).max() <= 1e-12
 
 
 def test_torchs_mask_polarity_given_to_the_twin_is_caught():
     """Negative control: torch's key_padding_mask says True where to ignore; the twin (as Keras) keeps True."""
     keras_layer, twin = _pair("additive")
-    expected = keras_layer([QUERY, VALUE, KEY], mask=[None, VALUE_MASK]).numpy()
+    expected = _np(keras_layer([QUERY, VALUE, KEY], mask=[None, VALUE_MASK]))
     naive = _torch_call(twin, {"mask": [None, ~VALUE_MASK]}).detach().numpy()
     assert np.abs(naive - expected).max() > 1e-2
 
@@ -81,8 +82,8 @@ def test_a_score_without_its_scale_is_caught():
     keras_layer, _ = _pair("concat, scaled")
     unscaled = keras_layers.Attention(score_mode="concat").double()
     with torch.no_grad():
-        unscaled.concat_score_weight.copy_(torch.as_tensor(keras_layer.concat_score_weight.numpy()))
-    expected = keras_layer([QUERY, VALUE, KEY]).numpy()
+        unscaled.concat_score_weight.copy_(torch.as_tensor(_np(keras_layer.concat_score_weight)))
+    expected = _np(keras_layer([QUERY, VALUE, KEY]))
     assert np.abs(_torch_call(unscaled, {}).detach().numpy() - expected).max() > 1e-3
 
 

@@ -7,8 +7,10 @@ Stack-specific: torch_impl is torch itself.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
+import sys
 from collections.abc import Callable
 
 import keras
@@ -208,19 +210,24 @@ def exact_float64(model) -> int:
     """Every float64 layer under `model` whose Keras arithmetic rounds a constant to float32, given the float64
     constant; returns how many it changed (float32 layers are left as they are: they round alike).
 
-    Keras and TensorFlow cast Python floats to a tensor's dtype through a float32 tensor first
+    On TensorFlow, Keras casts Python floats to a tensor's dtype through a float32 tensor first
     (tensorflow/tensorflow#35938, #64548), so a float64 model computes with float32-rounded constants:
     - `keras.layers.MultiHeadAttention` scales its queries by `ops.cast(1/sqrt(key_dim))` (1/sqrt(5) is no float32
       number): 7e-9 off torch's float64 attention;
-    - `keras.activations.gelu` runs `tf.nn.gelu`, whose 1/sqrt(2) is cast alike: 5e-9 off torch's exact gelu.
-    Either is enough to hide a real mismatch in a 1e-12 proof. A numpy float64 scale casts exactly; the gelu
-    is given in float64 (`exact_gelu`).
+    - `keras.activations.gelu` runs `tf.nn.gelu`, whose 1/sqrt(2) is cast alike: 5e-9 off torch's exact gelu;
+    - on JAX, MultiHeadAttention's fused path is `jax.nn.dot_product_attention`, whose softmax always runs in
+      float32: 1e-8 off. A float64 layer there takes Keras's explicit path (its attention scores computed and
+      dropped), the one it takes anyway when asked for the scores.
+    Any is enough to hide a real mismatch in a 1e-12 proof. A numpy float64 scale casts exactly; the gelu is
+    given in float64 (`exact_gelu`).
     """
     layers = [model, *model._flatten_layers(include_self=False)] if hasattr(model, "_flatten_layers") else [model]
     changed = 0
     for layer in (layer for layer in layers if str(layer.compute_dtype) == "float64"):
         if isinstance(layer, keras.layers.MultiHeadAttention):
             layer._inverse_sqrt_key_dim = np.float64(1.0) / np.sqrt(np.float64(layer.key_dim))
+            if name() == "jax":
+                layer._compute_attention = _explicit_attention(layer._compute_attention)
             changed += 1
         if isinstance(layer, keras.layers.Dense) and layer.activation is keras.activations.gelu:
             layer.activation = exact_gelu
@@ -228,7 +235,38 @@ def exact_float64(model) -> int:
     return changed
 
 
+def _explicit_attention(compute):
+    """A MultiHeadAttention's `_compute_attention` that always takes the explicit path (scores asked for)."""
+
+    def explicit(query, key, value, attention_mask=None, training=None, return_attention_scores=False, **options):
+        output, scores = compute(query, key, value, attention_mask=attention_mask, training=training,
+                                 return_attention_scores=True, **options)  # fmt: skip
+        return output, scores if return_attention_scores else None
+
+    return explicit
+
+
 def exact_gelu(x):
     """`gelu(x) = 0.5 x (1 + erf(x / sqrt(2)))` with its constant in float64 (torch's `F.gelu`)."""
     x = keras.ops.convert_to_tensor(x)
     return 0.5 * x * (1.0 + keras.ops.erf(x * np.sqrt(np.float64(0.5))))
+
+
+@contextlib.contextmanager
+def float64_policy():
+    """Keras 3's dtype policy and floatx (a `keras.Input`'s default dtype), and legacy tf_keras's floatx where
+    loaded, set to float64 inside."""
+    previous, previous_floatx = keras.config.dtype_policy(), keras.config.floatx()
+    legacy = sys.modules.get("tf_keras")
+    legacy_previous = legacy.backend.floatx() if legacy else None
+    keras.config.set_dtype_policy("float64")
+    keras.config.set_floatx("float64")
+    if legacy:
+        legacy.backend.set_floatx("float64")
+    try:
+        yield
+    finally:
+        keras.config.set_dtype_policy(previous)
+        keras.config.set_floatx(previous_floatx)
+        if legacy:
+            legacy.backend.set_floatx(legacy_previous)
