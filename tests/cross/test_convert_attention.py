@@ -317,3 +317,29 @@ def test_the_twin_with_torchs_default_layer_norm_epsilon_is_refused():
     torch_model, _ = _nmt_2022("torch", "float32", eps=1e-5)
     with pytest.raises(ValueError, match=r"decoder.attention.layernorm -> decoder.attention.layernorm: eps 1e-05 != 0.001"):
         convert(torch_model, keras_model)
+
+
+def test_kerass_implicit_masks_from_mask_zero_are_torchs_key_padding_mask_on_every_real_row():
+    """`Embedding(mask_zero=True)` gives Keras's MultiHeadAttention a query and a value mask: pad keys are
+    ignored (torch: `key_padding_mask=(tokens == 0)`, True = ignore) and a pad query row is fully masked
+    (Keras 3.15: uniform weights on its fused path, zeros on its explicit one), where torch attends from it.
+    Equal on every real row; the pad rows differ (pinned); without the key mask every row differs (control)."""
+    torch_model, _ = _pair("self_attention_classifier")
+    with float64_policy():
+        embedding = keras.layers.Embedding(VOCAB, MODEL_DIM, mask_zero=True)
+        attention = keras.layers.MultiHeadAttention(num_heads=HEADS, key_dim=MODEL_DIM // HEADS)
+        tokens = np.where(np.arange(7) < np.array([[7], [5], [3]]), TOKENS, 0)  # [B, S], right-padded with 0
+        attention(embedding(tokens), embedding(tokens))
+    backends.exact_float64(attention)  # float64 to 1e-12: the scale in float64 (see its test above)
+    convert(torch_model.embedding, embedding)
+    convert(torch_model.attention, attention)
+    x = torch_model.embedding(torch.as_tensor(tokens))
+    pads = torch.as_tensor(tokens == 0)
+    expected = torch_model.attention(x, x, x, key_padding_mask=pads, need_weights=False)[0].detach().numpy()
+    unmasked = torch_model.attention(x, x, x, need_weights=False)[0].detach().numpy()
+    keras_x = embedding(tokens)
+    ported = _np(attention(keras_x, keras_x))  # the masks ride on keras_x
+    real = tokens != 0
+    assert np.abs(ported[real] - expected[real]).max() <= 1e-12
+    assert np.abs(ported[~real] - expected[~real]).max() > 1e-3
+    assert np.abs(ported[real] - unmasked[real]).max() > 1e-3
