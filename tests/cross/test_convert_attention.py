@@ -237,15 +237,18 @@ def _torch_curve(model, optimizer=None) -> list[float]:
 
 
 def _keras_curve(model, optimizer) -> list[float]:
-    import tensorflow as tf
-
+    """STEPS updates in a user's loop on any Keras backend (backends.value_and_gradients: a GradientTape on
+    TensorFlow, jax.value_and_grad, torch's autograd)."""
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, dtype="float64")  # not floatx: float32
-    curve = []
+    variables, curve = model.trainable_variables, []
+
+    def compute_loss():  # one function for every step: JAX compiles it once
+        return loss_fn(LABELS, model(TOKENS, training=True))
+
     for _ in range(STEPS):
-        with tf.GradientTape() as tape:
-            loss = loss_fn(LABELS, model(TOKENS, training=True))
-        optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables, strict=True))
-        curve.append(float(loss))
+        loss, gradients = backends.value_and_gradients(compute_loss, variables)
+        optimizer.apply_gradients(zip(gradients, variables, strict=True))
+        curve.append(float(_np(loss)))
     return curve
 
 

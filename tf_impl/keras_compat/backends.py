@@ -11,6 +11,7 @@ import contextlib
 import importlib
 import os
 import sys
+import weakref
 from collections.abc import Callable
 
 import keras
@@ -50,6 +51,26 @@ def check_dtype(dtype: str) -> None:
     table["float64"] = "float64"
 
 
+_JAX_STEPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # compute_loss -> (variables, jitted)
+
+
+def _jax_value_and_gradients(compute_loss: Callable, variables: tuple):
+    """jax.jit(jax.value_and_grad) of `compute_loss` over `variables`' values, compiled once per function and
+    variables (a training loop passing the same function each step compiles once, not every step)."""
+    cached = _JAX_STEPS.get(compute_loss)
+    if cached is not None and cached[0] == tuple(map(id, variables)):
+        return cached[1]
+    import jax
+
+    def loss_of(values):
+        with keras.StatelessScope(state_mapping=list(zip(variables, values, strict=True))):
+            return compute_loss()
+
+    jitted = jax.jit(jax.value_and_grad(loss_of))
+    _JAX_STEPS[compute_loss] = (tuple(map(id, variables)), jitted)
+    return jitted
+
+
 def value_and_gradients(compute_loss: Callable, variables: list) -> tuple[object, list]:
     """`compute_loss()` and its gradient with respect to each of `variables` (Keras variables), dense (an
     Embedding's IndexedSlices summed per row, as torch reports it); None for a variable the loss does not use."""
@@ -63,13 +84,7 @@ def value_and_gradients(compute_loss: Callable, variables: list) -> tuple[object
             loss = compute_loss()
         return loss, [dense(g) for g in tape.gradient(loss, variables)]
     if backend == "jax":
-        import jax
-
-        def loss_of(values):
-            with keras.StatelessScope(state_mapping=list(zip(variables, values, strict=True))):
-                return compute_loss()
-
-        return jax.jit(jax.value_and_grad(loss_of))([variable.value for variable in variables])
+        return _jax_value_and_gradients(compute_loss, tuple(variables))([variable.value for variable in variables])
     if backend == "torch":
         import torch
 
