@@ -11,7 +11,6 @@ import contextlib
 import importlib
 import os
 import sys
-import weakref
 from collections.abc import Callable
 
 import keras
@@ -51,15 +50,15 @@ def check_dtype(dtype: str) -> None:
     table["float64"] = "float64"
 
 
-_JAX_STEPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # compute_loss -> (variables, jitted)
+_LAST_JAX_STEP: list = []  # [(compute_loss, variable ids, jitted)]: the last one only, so nothing accumulates
 
 
 def _jax_value_and_gradients(compute_loss: Callable, variables: tuple):
-    """jax.jit(jax.value_and_grad) of `compute_loss` over `variables`' values, compiled once per function and
-    variables (a training loop passing the same function each step compiles once, not every step)."""
-    cached = _JAX_STEPS.get(compute_loss)
-    if cached is not None and cached[0] == tuple(map(id, variables)):
-        return cached[1]
+    """jax.jit(jax.value_and_grad) of `compute_loss` over `variables`' values, compiled once while the same
+    function and variables come again (a training loop passing one function each step compiles once)."""
+    key = tuple(map(id, variables))
+    if _LAST_JAX_STEP and _LAST_JAX_STEP[0][0] is compute_loss and _LAST_JAX_STEP[0][1] == key:
+        return _LAST_JAX_STEP[0][2]
     import jax
 
     def loss_of(values):
@@ -67,7 +66,7 @@ def _jax_value_and_gradients(compute_loss: Callable, variables: tuple):
             return compute_loss()
 
     jitted = jax.jit(jax.value_and_grad(loss_of))
-    _JAX_STEPS[compute_loss] = (tuple(map(id, variables)), jitted)
+    _LAST_JAX_STEP[:] = [(compute_loss, key, jitted)]
     return jitted
 
 
