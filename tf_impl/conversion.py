@@ -17,8 +17,8 @@ import numpy as np
 from keras.src.models.functional import Functional
 
 from shared.core.canonical import RULES
-from shared.port.conversion import Leaf, map_inputs, positional, shortest_paths
-from tf_impl.keras_compat.backends import check_dtype, exact_float64, float64_policy
+from shared.port.conversion import Leaf, map_inputs, positional, shortest_paths, state_block_facts
+from tf_impl.keras_compat.backends import all_layers, check_dtype, exact_float64, float64_policy
 from tf_impl.keras_compat.layers import TorchLSTM, TorchLSTMCell, TorchRNNCell
 
 SUPPORTED = ("Dense, Embedding, SimpleRNN, GRU (reset_after=True), LSTM, Bidirectional, RNN over SimpleRNNCell / "
@@ -99,9 +99,7 @@ def _add_block_facts(layer, path: str, found: list) -> None:
     if _hub_block(layer) is None:
         return
     facts = {"norm first": bool(layer.normalize_first), "activation": keras.activations.get(layer.activation).__name__}
-    for leaf in found:
-        if leaf.path == f"{path}self_attn":
-            leaf.facts.update(facts)
+    state_block_facts(found, path, facts)
 
 
 def _children(layer) -> list[tuple[str, object]]:
@@ -358,11 +356,6 @@ def load_file(model, path, fmt: str, factory=None, inputs=None):
     return model
 
 
-def _all_layers(model) -> list:
-    """Every layer under `model`, itself included."""
-    return [model, *model._flatten_layers(include_self=False)] if hasattr(model, "_flatten_layers") else [model]
-
-
 def save_file(model, path, fmt: str) -> None:
     """`model` as a `.keras` file (its config must serialize) or its weights as `.weights.h5`, atomically."""
     from tf_impl.train import save_keras, save_native
@@ -370,7 +363,7 @@ def save_file(model, path, fmt: str) -> None:
     if fmt == "keras_weights":
         save_native(model, path)
         return
-    code = [layer.name for layer in _all_layers(model) if isinstance(layer, keras.layers.Lambda)]
+    code = [layer.name for layer in all_layers(model) if isinstance(layer, keras.layers.Lambda)]
     if code:
         raise ValueError(f"your Keras model holds Lambda layers ({', '.join(code)}): a .keras file would keep their Python "
                          "bytecode, which Keras loads only with safe_mode=False; write .weights.h5 instead")  # fmt: skip

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from shared.port.conversion import Leaf, map_inputs, positional, shortest_paths
+from shared.port.conversion import Leaf, map_inputs, positional, shortest_paths, state_block_facts
 
 SUPPORTED = (
     "Linear, Embedding, RNN, GRU, LSTM, RNNCell, GRUCell, LSTMCell, LayerNorm, Conv1d, MultiheadAttention, a bare Parameter"
@@ -68,9 +68,7 @@ def _add_block_facts(block: nn.Module, path: str, found: list) -> None:
     """A Transformer layer's norm order and activation, stated on its self-attention leaf (a keras-hub block
     states its own alike)."""
     activation = getattr(block.activation, "__name__", type(block.activation).__name__.lower())
-    for leaf in found:
-        if leaf.path == f"{path}self_attn":
-            leaf.facts.update({"norm first": bool(block.norm_first), "activation": activation})
+    state_block_facts(found, path, {"norm first": bool(block.norm_first), "activation": activation})
 
 
 def _kind(module: nn.Module) -> str | None:

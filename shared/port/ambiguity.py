@@ -49,7 +49,7 @@ def other_layouts(src: Endpoint, stack, name: str, overrides: dict, found: Read)
     others: list[tuple[Fit, Read]] = []
     for layout in candidates(src, name):
         try:
-            read = read_endpoint(dataclasses.replace(src, layout=layout), stack, name, found.dtype, overrides, False)
+            read = read_endpoint(dataclasses.replace(src, layout=layout), stack, name, found.dtype, overrides, False, found.raw)
         except ValueError:  # a rename, a transform or a checkpoint path that does not fit: not this layout's file
             continue
         if _same_function(read, found) or not _fits(stack, name, read, found, src.format.keyed):

@@ -109,6 +109,14 @@ class Conversion:
         return "\n".join(lines)
 
 
+def state_block_facts(found: list[Leaf], block_path: str, facts: dict) -> None:
+    """A Transformer block's configuration (norm order, activation) stated on its self-attention leaf, the one
+    both stacks name `<block>.self_attn`: two blocks computing otherwise then do not pair."""
+    for leaf in found:
+        if leaf.path == f"{block_path}self_attn":
+            leaf.facts.update(facts)
+
+
 def stack_of(model) -> str:
     """ "torch" for an nn.Module, "tf" for a Keras layer or model; ValueError otherwise."""
     stack = references.stack_of(model)

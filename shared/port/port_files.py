@@ -138,25 +138,28 @@ class Read:
     config: dict
     inferred: dict
     dtype: str
+    raw: tuple | None = None  # a keyed file's (arrays, Adam state, saved metadata) as read: other layouts map them again
 
 
-def read_endpoint(end: Endpoint, stack, name: str, dtype: str | None, overrides: dict, with_optimizer: bool) -> Read:
+def read_endpoint(end: Endpoint, stack, name: str, dtype: str | None, overrides: dict, with_optimizer: bool,
+                  raw: tuple | None = None) -> Read:  # fmt: skip
     """Read `end` into canonical arrays through its layout, in `dtype` (None: the file's own); the config from
     the catalogue, the layout's options, the sizes the arrays' shapes show (keyed formats), the file's own
-    (.keras), and `overrides`."""
+    (.keras), and `overrides`. `raw`: a keyed file's contents read before (`Read.raw`), not read again."""
     spec = catalogue.get(name)
     _check_exists(end)
     if end.format.keyed:
-        raw, state, saved = _read_keyed(end.path, end.format, with_optimizer)
-        dtype = dtype or ("float64" if any(np.asarray(a).dtype == np.float64 for a in raw.values()) else "float32")
-        weights = _cast(end.layout.to_catalogue(raw), dtype)
+        raw = raw or _read_keyed(end.path, end.format, with_optimizer)
+        arrays, state, saved = raw
+        dtype = dtype or ("float64" if any(np.asarray(a).dtype == np.float64 for a in arrays.values()) else "float32")
+        weights = _cast(end.layout.to_catalogue(arrays), dtype)
         state = _map_state(state, lambda arrays: _cast(end.layout.to_catalogue(arrays), dtype))
         shapes = {key: np.shape(value) for key, value in weights.items()}
         inferred = {k: v for k, v in catalogue.sizes_from_weights(spec, shapes).items() if k not in overrides}
         config = catalogue.resolve_config(spec, dtype, {**inferred, **end.layout.config, **overrides})
         if saved is not None and end.layout.identity:
             config = _saved_config(end.path, saved, name, config, overrides)
-        return Read(weights, state, config, inferred, dtype)
+        return Read(weights, state, config, inferred, dtype, raw)
     inferred = _checkpoint_sizes(end, stack, name, overrides) if end.format.name == "tf_checkpoint" else {}
     config = catalogue.resolve_config(spec, dtype or "float32", {**inferred, **end.layout.config, **overrides})
     model, state = read(stack, end.parts or end.path, end.format, name, config, dtype or "float32", with_optimizer)

@@ -220,6 +220,11 @@ def _cudnn_gru(layer) -> bool:
     return allowed and activations == ("tanh", "sigmoid") and cell.use_bias and cell.reset_after
 
 
+def all_layers(model) -> list:
+    """Every layer under `model`, itself included."""
+    return [model, *model._flatten_layers(include_self=False)] if hasattr(model, "_flatten_layers") else [model]
+
+
 def exact_float64(model) -> int:
     """Every float64 layer under `model` whose Keras arithmetic rounds a constant to float32, given the float64
     constant; returns how many it changed (float32 layers are left as they are: they round alike).
@@ -235,9 +240,8 @@ def exact_float64(model) -> int:
     Any is enough to hide a real mismatch in a 1e-12 proof. A numpy float64 scale casts exactly; the gelu is
     given in float64 (`exact_gelu`).
     """
-    layers = [model, *model._flatten_layers(include_self=False)] if hasattr(model, "_flatten_layers") else [model]
     changed = 0
-    for layer in (layer for layer in layers if str(layer.compute_dtype) == "float64"):
+    for layer in (layer for layer in all_layers(model) if str(layer.compute_dtype) == "float64"):
         if isinstance(layer, keras.layers.MultiHeadAttention):
             layer._inverse_sqrt_key_dim = np.float64(1.0) / np.sqrt(np.float64(layer.key_dim))
             if name() == "jax":
