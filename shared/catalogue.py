@@ -53,11 +53,13 @@ class ModelSpec:
         fixture_config: the small constructor arguments of the equality fixtures.
         fixture_batch: batch sizes of the fixtures, `{"B": .., "S": .., "T": ..}`.
         dropout: how equality is proved where the model has dropout.
+        dataset, revision: the data set it trains on where not its document's; the revision of its source.
         zero_gradient_weights: weights whose gradient is zero in exact arithmetic (a bias added to every
             attention score alike: the softmax cancels it). In float32 each stack's rounding noise is
             their whole gradient, and Adam turns noise into steps of about `lr`, so after training these
             agree only in float64; float32 compares them to `lr * steps` (see shared.verify.training). A model
-            built without one (an option that drops the bias) has none: `zero_gradient_keys` skips it.
+            built without one (an option that drops the bias) has none: `zero_gradient_keys` skips it. `key[i/n]`
+            names part i of n of the first axis (`zero_gradient_parts`).
         weight_sizes: every config key that is a weight dimension -> (canonical weight key, axis) where
             that size can be read in the canonical weights (`sizes_from_weights`); every int config key
             but those of `NOT_WEIGHT_SIZES` is one.
@@ -84,11 +86,25 @@ class ModelSpec:
     notes: str = ""
     zero_gradient_weights: tuple[str, ...] = ()
     weight_sizes: dict[str, tuple[str, int]] = field(default_factory=dict)
+    dataset: str | None = None  # the data set it trains on, where not its document's (shared.documents)
+    revision: str = ""  # the revision of its source it follows, where the source changed over time
+    masked_queries: bool = False  # a pad target (tgt_in == pad_id) attends to nothing: its attention row is zeros
 
     def zero_gradient_keys(self, weight_keys: Iterable[str]) -> tuple[str, ...]:
-        """The `zero_gradient_weights` a model holding `weight_keys` has (an option may drop a bias)."""
-        present = set(weight_keys)
-        return tuple(key for key in self.zero_gradient_weights if key in present)
+        """The weights with a zero-gradient part that a model holding `weight_keys` has (an option may drop a bias)."""
+        return tuple(self.zero_gradient_parts(weight_keys))
+
+    def zero_gradient_parts(self, weight_keys: Iterable[str]) -> dict[str, tuple[int, int]]:
+        """Each of `zero_gradient_weights` a model holding `weight_keys` has -> (block, blocks): its first axis cut in
+        `blocks` equal parts, part `block` has the zero gradient; `(0, 1)` is the whole array. An entry names a part
+        as `key[i/n]` (nn.MultiheadAttention's `in_proj_bias[1/3]`: the key projection's bias, one of q, k, v)."""
+        present, parts = set(weight_keys), {}
+        for entry in self.zero_gradient_weights:
+            key, _, part = entry.partition("[")
+            if key in present:
+                block, blocks = part.rstrip("]").split("/") if part else (0, 1)
+                parts[key] = (int(block), int(blocks))
+        return parts
 
     @property
     def vocab_size(self) -> int | None:
@@ -301,6 +317,37 @@ _ENTRIES = [
         "feed_state=True passes the previous state as the paper intends. The score is the January-2020 "
         "revision's V(tanh(W1(values) + W2(query))); w1_on_query=True is the 2021 revision's "
         "V(tanh(W1(query) + W2(values)))",
+    ),
+    ModelSpec(
+        name="tf_tutorial_mha",
+        document="004",
+        doc_class="Encoder, CrossAttention(MultiHeadAttention), Decoder, Translator (TensorFlow NMT tutorial, 2022)",
+        revision="tensorflow/text docs/tutorials/nmt_with_attention.ipynb, the 2022 rewrite (model code of c1ddc39b)",
+        module="tf_tutorial_mha",
+        factory="build_model",
+        interface="seq2seq",
+        # the tutorial's sizes: UNITS = 256, TextVectorization(max_tokens=5000) on each side
+        config={"units": 256, "context_vocab_size": 5000, "target_vocab_size": 5000},
+        fixture_config={"units": 11, "context_vocab_size": 23, "target_vocab_size": 19},
+        fixture_batch={"B": 3, "S": 8, "T": 6},
+        vocab_keys=("context_vocab_size", "target_vocab_size"),
+        variable_length=True,
+        dataset="spa_eng_2022",
+        masked_queries=True,  # Keras zeroes a fully masked row after its softmax
+        # TextVectorization's vocabulary: '' (pad) 0, [UNK] 1, then by count: [START] 2 and [END] 3 (each once per sentence)
+        pad_id=0,
+        sos_id=2,
+        eos_id=3,
+        # the key projection's bias adds q . b_k to every score of a query: the softmax cancels it
+        zero_gradient_weights=("decoder.attention.mha.in_proj_bias[1/3]",),
+        weight_sizes={
+            "units": ("encoder.embedding.weight", 1),
+            "context_vocab_size": ("encoder.embedding.weight", 0),
+            "target_vocab_size": ("decoder.embedding.weight", 0),
+        },
+        notes="Keras's masks (mask_zero) computed in torch: packed or masked-loop GRUs, a pad step of the decoder's GRU "
+        "repeating its previous output, pad keys at -1e9 and pad query rows zeroed after the softmax, LayerNorm eps "
+        "1e-3; the masks come from the pad ids (mask_zero), and from src_len where given",
     ),
 ]
 

@@ -112,4 +112,4 @@ def dataset_for_model(name: str) -> str | None:
     spec = catalogue.CATALOGUE.get(name)
     if spec is None:
         raise ValueError(f"unknown model {name!r}; the catalogue holds: {', '.join(catalogue.CATALOGUE)}")
-    return get(spec.document).dataset
+    return spec.dataset or get(spec.document).dataset

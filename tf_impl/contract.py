@@ -34,6 +34,7 @@ def build(name: str, dtype: str = "float32", as_written: bool = False, **overrid
     model.rosetta_name, model.rosetta_config = name, config
     _set_as_written(model, True)
     model_outputs(model, spec, as_tensors(model, _dummy_batch(spec, config)))  # one call creates every variable
+    backends.exact_float64(model)  # a float64 MultiHeadAttention's scale exactly (Keras rounds it to float32 on TF)
     for layer in model._flatten_layers(include_self=True, recursive=True):
         layer.built = True  # so a later model(...) does not build again, nor Keras's trainers re-trace the model at
         # every train_on_batch for a layer called only through its methods (the decoders' decode and step)

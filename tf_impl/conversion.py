@@ -20,6 +20,7 @@ from shared.core.canonical import RULES
 from shared.port.conversion import Leaf, map_inputs, positional, shortest_paths, state_block_facts
 from tf_impl.keras_compat.backends import all_layers, check_dtype, exact_float64, float64_policy
 from tf_impl.keras_compat.layers import TorchLSTM, TorchLSTMCell, TorchRNNCell
+from tf_impl.weights import attention_variables, present
 
 SUPPORTED = ("Dense, Embedding, SimpleRNN, GRU (reset_after=True), LSTM, Bidirectional, RNN over SimpleRNNCell / "
              "GRUCell / LSTMCell (stacked too), the cells themselves, LayerNormalization, Conv1D, MultiHeadAttention, Attention, "
@@ -155,47 +156,18 @@ def _units(layer, path: str, rules) -> list[Leaf] | None:
 def _simple(layer) -> tuple[str, dict, dict] | None:
     """(kind, {Keras name: variable}, facts) of a Dense, Embedding, LayerNormalization or Conv1D."""
     if isinstance(layer, keras.layers.Dense):
-        return "linear", _present(kernel=layer.kernel, bias=layer.bias), {}
+        return "linear", present(kernel=layer.kernel, bias=layer.bias), {}
     if isinstance(layer, keras.layers.Embedding):
         return "embedding", {"embeddings": layer.embeddings}, {}
     if isinstance(layer, keras.layers.LayerNormalization):
         axes = len(layer.axis) if isinstance(layer.axis, (list, tuple)) else 1
-        return "layer_norm", _present(gamma=layer.gamma, beta=layer.beta), {"eps": float(layer.epsilon), "normalized axes": axes}
+        return "layer_norm", present(gamma=layer.gamma, beta=layer.beta), {"eps": float(layer.epsilon), "normalized axes": axes}
     if isinstance(layer, keras.layers.MultiHeadAttention):
-        return "multi_head_attention", _attention_variables(layer), {"heads": layer.num_heads}
+        return "multi_head_attention", attention_variables(layer), {"heads": layer.num_heads}
     if isinstance(layer, keras.layers.Conv1D):
         facts = {"stride": layer.strides[0], "dilation": layer.dilation_rate[0], "groups": layer.groups, "padding": layer.padding}
-        return "conv1d", _present(kernel=layer.kernel, bias=layer.bias), facts
+        return "conv1d", present(kernel=layer.kernel, bias=layer.bias), facts
     return None
-
-
-def _attention_variables(layer) -> dict:
-    """A MultiHeadAttention's variables by the rule's names; ValueError for what nn.MultiheadAttention cannot
-    compute: heads x key_dim other than the query's width, value_dim other than key_dim, another output_shape,
-    attention over other axes."""
-    width = layer._query_dense.kernel.shape[0]
-    problems = []
-    if layer.num_heads * layer.key_dim != width:
-        problems.append(f"num_heads x key_dim = {layer.num_heads} x {layer.key_dim} is not the query's width {width} "
-                        "(torch's embed_dim splits into the heads)")  # fmt: skip
-    if layer.value_dim != layer.key_dim:
-        problems.append(f"value_dim {layer.value_dim} is not key_dim {layer.key_dim} (torch's heads share one size)")
-    if layer._output_shape not in (None, width, (width,)):
-        problems.append(f"output_shape {layer._output_shape} is not the query's width {width}")
-    if layer.attention_axes not in (None, (1,), [1]):
-        problems.append(f"attention_axes {layer.attention_axes}: torch attends over the sequence axis only")
-    if getattr(layer, "_sliding_window", None) is not None:
-        problems.append(f"sliding_window {layer._sliding_window}: torch's attention sees every key")
-    if getattr(layer, "_use_gate", False):
-        problems.append("use_gate: torch's attention has no output gate")
-    if problems:
-        raise ValueError(f"{layer.name}: a MultiHeadAttention that nn.MultiheadAttention cannot compute: {'; '.join(problems)}")
-    dense = {"query": layer._query_dense, "key": layer._key_dense, "value": layer._value_dense, "output": layer._output_dense}
-    return _present(**{f"{name}_{part}": getattr(d, part, None) for name, d in dense.items() for part in ("kernel", "bias")})
-
-
-def _present(**variables) -> dict:
-    return {name: variable for name, variable in variables.items() if variable is not None}
 
 
 def _cells_of(layer) -> list:

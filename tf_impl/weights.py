@@ -48,6 +48,10 @@ def leaf(layer) -> tuple[str, dict] | None:
         return "linear", {"kernel": layer.kernel, **({"bias": layer.bias} if layer.use_bias else {})}
     if isinstance(layer, keras.layers.Embedding):
         return "embedding", {"embeddings": layer.embeddings}
+    if isinstance(layer, keras.layers.LayerNormalization):
+        return "layer_norm", present(gamma=layer.gamma, beta=layer.beta)
+    if isinstance(layer, keras.layers.MultiHeadAttention):
+        return "multi_head_attention", attention_variables(layer)
     if isinstance(layer, keras.layers.Bidirectional):
         (kind, fwd), (_, bwd) = leaf(layer.forward_layer), leaf(layer.backward_layer)
         return kind, {**fwd, **{f"{name}_reverse": var for name, var in bwd.items()}}
@@ -57,6 +61,35 @@ def leaf(layer) -> tuple[str, dict] | None:
         cells = [rnn.cell for rnn in layer.stack]
         return "lstm", {name: var for i, cell in enumerate(cells) for name, var in _cell_variables(cell, f"_l{i}").items()}
     return None
+
+
+def attention_variables(layer) -> dict:
+    """A MultiHeadAttention's variables by the rule's names; ValueError for what nn.MultiheadAttention cannot
+    compute: heads x key_dim other than the query's width, value_dim other than key_dim, another output_shape,
+    attention over other axes."""
+    width = layer._query_dense.kernel.shape[0]
+    problems = []
+    if layer.num_heads * layer.key_dim != width:
+        problems.append(f"num_heads x key_dim = {layer.num_heads} x {layer.key_dim} is not the query's width {width} "
+                        "(torch's embed_dim splits into the heads)")  # fmt: skip
+    if layer.value_dim != layer.key_dim:
+        problems.append(f"value_dim {layer.value_dim} is not key_dim {layer.key_dim} (torch's heads share one size)")
+    if layer._output_shape not in (None, width, (width,)):
+        problems.append(f"output_shape {layer._output_shape} is not the query's width {width}")
+    if layer.attention_axes not in (None, (1,), [1]):
+        problems.append(f"attention_axes {layer.attention_axes}: torch attends over the sequence axis only")
+    if getattr(layer, "_sliding_window", None) is not None:
+        problems.append(f"sliding_window {layer._sliding_window}: torch's attention sees every key")
+    if getattr(layer, "_use_gate", False):
+        problems.append("use_gate: torch's attention has no output gate")
+    if problems:
+        raise ValueError(f"{layer.name}: a MultiHeadAttention that nn.MultiheadAttention cannot compute: {'; '.join(problems)}")
+    dense = {"query": layer._query_dense, "key": layer._key_dense, "value": layer._value_dense, "output": layer._output_dense}
+    return present(**{f"{name}_{part}": getattr(d, part, None) for name, d in dense.items() for part in ("kernel", "bias")})
+
+
+def present(**variables) -> dict:
+    return {name: variable for name, variable in variables.items() if variable is not None}
 
 
 def leaves(layer, prefix: str = "") -> Iterator[tuple[str, str, dict]]:
@@ -107,7 +140,8 @@ def assign_through_rules(model, arrays: Mapping[str, np.ndarray], target: Callab
     for prefix, rule, variables, canon in plan:
         values = rule.to_keras({sfx: np.asarray(arrays[join_key(prefix, sfx)]) for sfx in canon})
         for name, variable in variables.items():
-            target(variable).assign(values[name].astype(variable.dtype))
+            # np.reshape: a rule that gives a flattened layout (MultiHeadAttention's [E, heads * D]) into its variable
+            target(variable).assign(np.reshape(values[name], variable.shape).astype(variable.dtype))
 
 
 def get_grads(model, gradient: Callable, rules: Mapping[str, LeafRule] = RULES) -> dict[str, np.ndarray]:

@@ -1,4 +1,6 @@
-"""Keras's own attention layers in PyTorch: `Attention` (Luong's dot or concat score, `use_scale`) and
+"""Keras's own attention layers in PyTorch, and what Keras's masks do in its GRUs and MultiHeadAttention.
+
+`Attention` (Luong's dot or concat score, `use_scale`) and
 `AdditiveAttention` (Bahdanau's score, `use_scale`), which torch does not ship, with Keras 3.15's semantics
 (keras/src/layers/attention/attention.py, additive_attention.py) and its weight names, so a Keras model using them
 ports to PyTorch (their weights pair by name with Keras's: `scale`, `concat_score_weight`) and a PyTorch user
@@ -8,6 +10,10 @@ As in Keras: `inputs` is `[query, value]` or `[query, value, key]` (key defaults
 `[query_mask, value_mask]` with **True = keep** (Keras's polarity; torch's `key_padding_mask` is the opposite),
 masked scores lose 1e9 before the softmax, `use_causal_mask` lets query i see values 0..i, a masked query row's
 output is zero, dropout acts on the attention weights in training. Torch-specific (no Keras twin).
+
+`masked_gru` and `keras_attention` compute, from torch's own layers' parameters, what a Keras GRU and
+MultiHeadAttention compute under `mask_zero` masks (the 2022 TensorFlow tutorial's model,
+torch_impl/models/tf_tutorial_mha.py).
 
 Legend: B batch, Tq query steps, Tv value steps, D features.
 """
@@ -20,7 +26,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["AdditiveAttention", "Attention"]
+from torch_impl.models.seq2seq import gru_cell
+
+__all__ = ["AdditiveAttention", "Attention", "keras_attention", "masked_gru"]
+
+KERAS_MASKED_SCORE = -1e9  # what keras.layers.Softmax puts where a mask is False
 
 
 class _KerasAttention(nn.Module):
@@ -95,3 +105,76 @@ class AdditiveAttention(_KerasAttention):
     def _scores(self, query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
         features = torch.tanh(query[..., :, None, :] + key[..., None, :, :])  # [B, Tq, Tv, D]
         return (features * self.scale if self.scale is not None else features).sum(-1)  # [B, Tq, Tv]
+
+
+def prefix_lengths(mask: torch.Tensor) -> torch.Tensor | None:
+    """Each row's count of real steps `[B]` when every row is real steps then padding; else None."""
+    lengths = mask.sum(1)  # [B]
+    positions = torch.arange(mask.shape[1], device=mask.device)
+    return lengths if bool(torch.equal(positions < lengths.unsqueeze(1), mask)) else None
+
+
+def masked_recurrence(gru: nn.GRU, x, mask, state, suffix: str = "", zero_output: bool = True):
+    """One direction of Keras's masked GRU as a loop (`suffix` "_reverse": the backward direction, over the
+    reversed sequence): a pad step keeps `state` and outputs zeros (`zero_output`) or the previous output.
+    `x [B, T, E]`, `mask [B, T]`, `state [B, H]` -> outputs `[B, T, H]`, state `[B, H]`."""
+    weight_ih, bias_ih = getattr(gru, f"weight_ih_l0{suffix}"), getattr(gru, f"bias_ih_l0{suffix}")
+    weight_hh, bias_hh = getattr(gru, f"weight_hh_l0{suffix}"), getattr(gru, f"bias_hh_l0{suffix}")
+    input_shares = F.linear(x, weight_ih, bias_ih)  # [B, T, 3H]
+    steps = range(x.shape[1] - 1, -1, -1) if suffix else range(x.shape[1])
+    outputs, output = [None] * x.shape[1], torch.zeros_like(state)
+    for t in steps:
+        new_state = gru_cell(input_shares[:, t], F.linear(state, weight_hh, bias_hh), state)  # [B, H]
+        real = mask[:, t, None]  # [B, 1]
+        state = torch.where(real, new_state, state)
+        output = torch.where(real, new_state, torch.zeros_like(state) if zero_output else output)
+        outputs[t] = output
+    return torch.stack(outputs, 1), state  # [B, T, H], [B, H]
+
+
+def repeat_last_output(outputs: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """Packed outputs `[B, T, H]` (zeros after each row's end) as Keras's masked GRU leaves them: each pad step
+    repeats the row's last real output (a row without one stays zero)."""
+    positions = torch.arange(outputs.shape[1], device=outputs.device)  # [T]
+    source = torch.minimum(positions.unsqueeze(0), (lengths - 1).clamp(min=0).unsqueeze(1))  # [B, T]
+    repeated = outputs.gather(1, source.unsqueeze(2).expand_as(outputs))  # [B, T, H]
+    return torch.where((lengths > 0)[:, None, None], repeated, torch.zeros_like(outputs))
+
+
+def masked_gru(gru: nn.GRU, x, mask, state=None, zero_output: bool = True):
+    """A batch-first `nn.GRU` (either direction count) as Keras's GRU under a mask `[B, T]`: packed when each row
+    is real steps then padding, else a loop. -> outputs `[B, T, D * H]`, final state `[D, B, H]`."""
+    lengths = prefix_lengths(mask)
+    if lengths is not None and bool((lengths > 0).all()):
+        packed = nn.utils.rnn.pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
+        outputs, state = gru(packed, state)
+        outputs, _ = nn.utils.rnn.pad_packed_sequence(outputs, batch_first=True, total_length=x.shape[1])  # [B, T, D * H]
+        return (outputs if zero_output else repeat_last_output(outputs, lengths)), state
+    zeros = x.new_zeros(x.shape[0], gru.hidden_size)  # [B, H]
+    suffixes = ["", "_reverse"][: 2 if gru.bidirectional else 1]
+    states = [zeros if state is None else state[i] for i in range(len(suffixes))]  # [B, H] each
+    runs = [masked_recurrence(gru, x, mask, first, sfx, zero_output) for first, sfx in zip(states, suffixes, strict=True)]
+    return torch.cat([out for out, _ in runs], -1), torch.stack([last for _, last in runs])
+
+
+def keras_attention(mha: nn.MultiheadAttention, query, context, query_mask, key_mask):
+    """Keras's `MultiHeadAttention(return_attention_scores=True)` on the parameters of `mha`: queries scaled by
+    1/sqrt(head size) before the product, scores -1e9 where a key is padding, a pad query's row zeroed after the
+    softmax. `query [B, T, H]`, `context [B, S, H]`, masks `[B, T]`, `[B, S]` -> output `[B, T, H]`, weights
+    `[B, heads, T, S]`."""
+    heads, width = mha.num_heads, mha.embed_dim
+    size = width // heads
+    weights_q, weights_k, weights_v = mha.in_proj_weight.chunk(3)  # [H, H] each
+    bias_q, bias_k, bias_v = mha.in_proj_bias.chunk(3)
+
+    def split_heads(x):  # [B, L, H] -> [B, heads, L, size]
+        return x.unflatten(2, (heads, size)).transpose(1, 2)
+
+    q = split_heads(F.linear(query, weights_q, bias_q)) * (1.0 / math.sqrt(float(size)))  # [B, heads, T, size]
+    k, v = split_heads(F.linear(context, weights_k, bias_k)), split_heads(F.linear(context, weights_v, bias_v))
+    scores = q @ k.transpose(2, 3)  # [B, heads, T, S]
+    allowed = (query_mask.unsqueeze(2) & key_mask.unsqueeze(1)).unsqueeze(1)  # [B, 1, T, S]
+    weights = torch.softmax(torch.where(allowed, scores, KERAS_MASKED_SCORE), dim=-1)
+    weights = torch.where(allowed, weights, 0.0)  # [B, heads, T, S]
+    output = (weights @ v).transpose(1, 2).flatten(2)  # [B, T, H]
+    return mha.out_proj(output), weights

@@ -1,10 +1,13 @@
-"""The data of the source documents: the synthetic reverse task, Multi30k and Tatoeba spa-eng, and batches.
+"""The data of the source documents: the synthetic reverse task, Multi30k and Tatoeba spa-eng (two ways), and batches.
 
 - "reverse" (document 001): random token ids, the target is the source reversed; no download.
 - "multi30k" (documents 002/003): the WMT16 task-1 release, German -> English, tokenized as Ben Trevett's
   tutorials did (spaCy's rule-based tokenizers, lowercased, min_freq 2: 7,853 / 5,893 types).
 - "spa_eng" (document 004, the TensorFlow "nmt_with_attention" tutorial of the TF 2.0 era): the first
   30,000 Tatoeba pairs, Spanish -> English, the tutorial's `preprocess_sentence` and Keras word index.
+- "spa_eng_2022" (the 2022 rewrite of that tutorial): all 118,964 pairs, Spanish -> English, split 80/20 at
+  random, `tf_lower_and_split_punct` (`readers.standardize_2022`) and TextVectorization vocabularies adapted
+  on the train split (max_tokens 5000, `''` and `[UNK]` first, so val has unknown words); no tensorflow-text.
 
 The data sets are read from a folder the user names (`--data-dir` or ROSETTA_DATA_DIR); nothing is ever
 downloaded. A `Corpus` holds token ids per split and both vocabularies; `Corpus.save` / `Corpus.load`
@@ -18,7 +21,7 @@ import os
 from pathlib import Path
 
 from shared.data.corpora import CORPUS_FILE, DATASETS, Corpus
-from shared.data.readers import read_multi30k, read_spa_eng, reverse_corpus
+from shared.data.readers import read_multi30k, read_spa_eng, read_spa_eng_2022, reverse_corpus
 
 ENV_VAR = "ROSETTA_DATA_DIR"
 # the defaults of `load_corpus`'s options, per dataset; any other option name is an error
@@ -28,6 +31,8 @@ OPTIONS = {
     "multi30k": {"min_freq": 2},
     # the old tutorial: first 30,000 lines, sklearn train_test_split(test_size=0.2), unseeded
     "spa_eng": {"num_examples": 30_000, "val_fraction": 0.2, "seed": 0},
+    # the 2022 tutorial: all lines, np.random.uniform(size=N) < 0.8, unseeded; TextVectorization(max_tokens=5000)
+    "spa_eng_2022": {"max_vocab_size": 5000, "val_fraction": 0.2, "seed": 0},
 }
 
 
@@ -53,7 +58,7 @@ def resolve_data_dir(cli_value: str | os.PathLike | None) -> Path:
 def load_corpus(
     dataset: str, data_dir: str | os.PathLike | None = None, cache_dir: str | os.PathLike | None = None, **options
 ) -> Corpus:
-    """The corpus of `dataset` ("reverse", "multi30k", "spa_eng") with `options` (see OPTIONS for names and defaults).
+    """The corpus of `dataset` (one of DATASETS) with `options` (see OPTIONS for names and defaults).
 
     `data_dir` goes through `resolve_data_dir` (--data-dir, else $ROSETTA_DATA_DIR); the reverse task
     needs none. With `cache_dir`, a corpus saved there is loaded (its dataset and options must match) or
@@ -77,8 +82,10 @@ def load_corpus(
         corpus = reverse_corpus(**options)
     elif dataset == "multi30k":
         corpus = read_multi30k(resolve_data_dir(data_dir), **options)
-    else:
+    elif dataset == "spa_eng":
         corpus = read_spa_eng(resolve_data_dir(data_dir), **options)
+    else:
+        corpus = read_spa_eng_2022(resolve_data_dir(data_dir), **options)
     if cache_dir is not None:
         corpus.save(cache_dir)
     return corpus

@@ -21,7 +21,7 @@ from shared.io.atomic import write_atomic
 
 CORPUS_FILE, SRC_VOCAB_FILE, TGT_VOCAB_FILE = "corpus.npz", "src_vocab.json", "tgt_vocab.json"
 CORPUS_FORMAT = "rosetta-corpus/1"
-DATASETS = ("reverse", "multi30k", "spa_eng")
+DATASETS = ("reverse", "multi30k", "spa_eng", "spa_eng_2022")
 
 
 # ---------------------------------------------------------------- batches
@@ -116,12 +116,12 @@ class Corpus:
     """Token ids of a dataset's splits and its two vocabularies.
 
     Args:
-        name: "reverse", "multi30k" or "spa_eng".
+        name: "reverse", "multi30k", "spa_eng" or "spa_eng_2022".
         special_ids: `pad_id`, `sos_id`, `eos_id` of the target vocabulary (`pad_id` is the source's too),
             and `unk_id` (None where the vocabulary has no `<unk>`).
         splits: split name -> (source id arrays, target id arrays); every target starts with `<sos>`.
         references: split name -> target token lists (before `<unk>` mapping, no `<sos>`/`<eos>`), for BLEU.
-        options: what `load_corpus` was asked for (sizes, seed, min_freq).
+        options: what `load_corpus` was asked for (sizes, seed, min_freq, max_vocab_size).
     """
 
     name: str

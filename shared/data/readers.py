@@ -1,5 +1,6 @@
 """The source documents' corpora read from the data folder: the synthetic reverse task (document 001),
-Multi30k (documents 002/003) and Tatoeba spa-eng (document 004), each as a `Corpus`."""
+Multi30k (documents 002/003), Tatoeba spa-eng as document 004 (the TF 2.0-era tutorial) read it, and all of
+spa-eng as the 2022 rewrite of that tutorial reads it (TextVectorization), each as a `Corpus`."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import numpy as np
 
 from shared import catalogue
 from shared.data.corpora import Corpus, check_count
-from shared.data.vocab import TORCHTEXT_SPECIALS, Vocab, build_keras_vocab, build_vocab
+from shared.data.vocab import TORCHTEXT_SPECIALS, Vocab, build_keras_vocab, build_text_vectorization_vocab, build_vocab
 
 MULTI30K_FILES = {"train": "train", "val": "val", "test": "test2016"}  # split -> WMT16 file stem
 MULTI30K_LANGS = ("de", "en")  # source German, target English
@@ -213,14 +214,25 @@ def read_spa_eng_text(data_dir: str | os.PathLike, num_examples: int | None = 30
         num_examples = check_count("num_examples", num_examples)
         if num_examples > len(lines):
             raise ValueError(f"num_examples {num_examples} exceeds the {len(lines)} pairs in {origin}")
+    pairs = _split_pairs(lines[:num_examples], origin)
+    return [(preprocess_sentence(spanish), preprocess_sentence(english)) for english, spanish in pairs]
+
+
+def _split_pairs(lines: Sequence[str], origin: str) -> list[tuple[str, str]]:
+    """(english, spanish) of each `English<TAB>Spanish` line; any other line raises ValueError naming `origin` and it."""
     pairs = []
-    for number, line in enumerate(lines[:num_examples], start=1):
+    for number, line in enumerate(lines, start=1):
         fields = line.split("\t")
         if len(fields) != 2:
             raise ValueError(f"{origin} line {number} has {len(fields)} tab-separated fields; expected English<TAB>Spanish")
-        english, spanish = (preprocess_sentence(sentence) for sentence in fields)
-        pairs.append((spanish, english))
+        pairs.append((fields[0], fields[1]))
     return pairs
+
+
+def _check_fraction(val_fraction) -> float:
+    if not isinstance(val_fraction, (int, float)) or isinstance(val_fraction, bool) or not 0 < val_fraction < 1:
+        raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction!r}")
+    return float(val_fraction)
 
 
 def read_spa_eng(
@@ -233,8 +245,7 @@ def read_spa_eng(
     `np.random.default_rng(seed).permutation`. The vocabularies are fitted before the split, as in
     the tutorial, so every val word is known (there is no `<unk>`).
     """
-    if not isinstance(val_fraction, (int, float)) or isinstance(val_fraction, bool) or not 0 < val_fraction < 1:
-        raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction!r}")
+    val_fraction = _check_fraction(val_fraction)
     pairs = read_spa_eng_text(data_dir, num_examples)
     # Keras's text_to_word_sequence with filters='': split on " ", drop empty strings; [spanish, english]
     token_lists = [[[word for word in sentence.split(" ") if word] for sentence in side] for side in zip(*pairs, strict=True)]
@@ -250,3 +261,71 @@ def read_spa_eng(
     options = {"num_examples": None if num_examples is None else int(num_examples), "val_fraction": float(val_fraction)}
     options["seed"] = seed
     return Corpus("spa_eng", src_vocab, tgt_vocab, special_ids, splits, references, options=options)
+
+
+# ---------------------------------------------------------------- the 2022 rewrite of the TF tutorial: all of spa-eng
+
+_NOT_KEPT_2022 = re.compile("[^ a-z.?!,¿]")
+PUNCTUATION_2022 = ".?!,¿"  # regex_replace(text, '[.?!,¿]', r' \0 '): one-character matches, so str.replace does it
+START_2022, END_2022 = "[START]", "[END]"
+
+
+def standardize_2022(text: str) -> str:
+    """The 2022 tutorial's `tf_lower_and_split_punct`, in Python.
+
+    NFKD (tf_text.normalize_utf8), ASCII-only lower-casing (tf.strings.lower's default leaves every other
+    letter alone), drop everything but space, a-z and `.?!,¿`, put spaces around that punctuation, strip,
+    and wrap in `[START] ... [END]`: `'¿Todavía está en casa?'` -> `'[START] ¿ todavia esta en casa ? [END]'`.
+    Split on whitespace (`.split()`) for TextVectorization's tokens.
+    """
+    text = unicodedata.normalize("NFKD", text).encode("utf-8").lower().decode("utf-8")  # bytes.lower: A-Z only
+    text = _NOT_KEPT_2022.sub("", text)
+    for char in PUNCTUATION_2022:  # the spaces put in are not punctuation: no match is spaced twice
+        text = text.replace(char, f" {char} ")
+    return f"{START_2022} {text.strip()} {END_2022}"  # only spaces are left to strip
+
+
+def read_spa_eng_2022(
+    data_dir: str | os.PathLike, max_vocab_size: int | None = 5000, val_fraction: float = 0.2, seed: int = 0
+) -> Corpus:
+    """All of spa-eng as the 2022 "NMT with attention" tutorial reads it: Spanish (context) -> English (target).
+
+    Every line of spa.txt (`splitlines`, `English<TAB>Spanish`), standardized by `standardize_2022`. The
+    tutorial splits with an unseeded `np.random.uniform(size=N) < 0.8`; we draw the same test from
+    `np.random.default_rng(seed).uniform`, train where `< 1 - val_fraction`, val the rest, each in file order.
+    There is no test split (`runs.final_split` evaluates on val). Each side's vocabulary is TextVectorization's,
+    adapted on the train split only with `max_tokens=max_vocab_size` (which counts `''` and `[UNK]`), so val
+    has `[UNK]` (id 1); `''` is id 0, the pad. Sources and targets both hold `[START] ... [END]`; the
+    references for BLEU are the val targets' tokens without them.
+    """
+    if max_vocab_size is not None:
+        max_vocab_size = check_count("max_vocab_size", max_vocab_size, 4)  # '', [UNK], [START], [END]
+    val_fraction, seed = _check_fraction(val_fraction), check_count("seed", seed, 0)
+    text, origin = _read_spa_eng_file(Path(data_dir))
+    pairs = _split_pairs(text.splitlines(), origin)
+    if not pairs:
+        raise ValueError(f"{origin} holds no sentence pairs")
+    english, spanish = zip(*pairs, strict=True)
+    token_lists = [[standardize_2022(sentence).split() for sentence in side] for side in (spanish, english)]  # [source, target]
+    is_train = np.random.default_rng(seed).uniform(size=(len(pairs),)) < 1 - val_fraction
+    parts = {"train": np.flatnonzero(is_train), "val": np.flatnonzero(~is_train)}
+    empty = [split for split, index in parts.items() if not len(index)]
+    if empty:
+        raise ValueError(
+            f"the random split of the {len(pairs)} pairs in {origin} (val_fraction {val_fraction}, seed {seed}) "
+            f"left {' and '.join(empty)} empty; use more pairs or another seed"
+        )
+    train = parts["train"]
+    src_vocab, tgt_vocab = (build_text_vectorization_vocab([side[i] for i in train], max_vocab_size) for side in token_lists)
+    missing = [token for token in (START_2022, END_2022) if token not in tgt_vocab.stoi]
+    if missing:
+        raise ValueError(f"max_vocab_size {max_vocab_size} leaves {', '.join(missing)} out of the target vocabulary")
+    vocabs = (src_vocab, tgt_vocab)
+    splits = {}
+    for split, index in parts.items():
+        splits[split] = tuple(_encode(vocab, [side[i] for i in index]) for vocab, side in zip(vocabs, token_lists, strict=True))
+    references = {"val": [token_lists[1][i][1:-1] for i in parts["val"]]}
+    special_ids = {"pad_id": 0, "sos_id": tgt_vocab.stoi[START_2022], "eos_id": tgt_vocab.stoi[END_2022]}
+    special_ids["unk_id"] = tgt_vocab.unk_id  # 1, as the source's
+    options = {"max_vocab_size": max_vocab_size, "val_fraction": val_fraction, "seed": seed}
+    return Corpus("spa_eng_2022", src_vocab, tgt_vocab, special_ids, splits, references, options=options)

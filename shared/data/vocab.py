@@ -4,6 +4,8 @@
 specials first, then descending frequency, ties alphabetical. `build_keras_vocab` orders them as
 Keras's `Tokenizer(filters='')` (document 004's TensorFlow NMT tutorial, spa-eng): descending
 frequency, ties in first-seen order, index 0 reserved for padding, no `<unk>`.
+`build_text_vectorization_vocab` orders them as Keras's `TextVectorization.adapt` (the 2022 rewrite of
+that tutorial): `''` (pad) and `[UNK]` first, then descending frequency, ties in descending token order.
 
 A `Vocab` is saved as JSON with the sha256 `fingerprint` of its token list, so a checkpoint or a saved
 corpus can verify it was made with this very vocabulary.
@@ -32,8 +34,9 @@ class Vocab:
     """A token table: `itos` (id -> token), `stoi` (token -> id) and the special tokens.
 
     Args:
-        itos: the tokens in id order; no duplicates.
-        specials: the special tokens (each in `itos`), e.g. `<unk> <pad> <sos> <eos>`.
+        itos: the tokens in id order; no duplicates; non-empty strings, except that a special token may be
+            the empty string (TextVectorization's pad/mask token `''`).
+        specials: the special tokens (each in `itos`), e.g. `<unk> <pad> <sos> <eos>`, or `'' [UNK]`.
         unk_token: the token unknown words encode to (one of `specials`); None for a vocabulary without
             one (the TF tutorial's), where encoding an unknown word raises ValueError.
     """
@@ -42,9 +45,9 @@ class Vocab:
         self.itos = tuple(itos)
         self.specials = tuple(specials)
         self.unk_token = unk_token
-        bad = [token for token in self.itos if not isinstance(token, str) or not token]
+        bad = [token for token in self.itos if not isinstance(token, str) or not (token or token in self.specials)]
         if bad:
-            raise ValueError(f"vocabulary tokens must be non-empty strings, got {bad[:5]!r}")
+            raise ValueError(f"vocabulary tokens must be non-empty strings (only a special may be ''), got {bad[:5]!r}")
         self.stoi = {token: index for index, token in enumerate(self.itos)}
         if len(self.stoi) != len(self.itos):
             repeated = sorted(token for token, count in Counter(self.itos).items() if count > 1)
@@ -178,3 +181,24 @@ def build_keras_vocab(token_lists: Iterable[Sequence[str]], pad_token: str = "<p
             counts[token] = counts.get(token, 0) + 1
     ranked = sorted(counts.items(), key=lambda item: item[1], reverse=True)
     return Vocab([pad_token, *(token for token, _ in ranked)], (pad_token,), None)
+
+
+def build_text_vectorization_vocab(
+    token_lists: Iterable[Sequence[str]], max_tokens: int | None = None, mask_token: str = "", oov_token: str = "[UNK]"
+) -> Vocab:
+    """Keras `TextVectorization(max_tokens=...).adapt(...).get_vocabulary()`: `['', '[UNK]', ...]`.
+
+    Keras's IndexLookup counts every token except the mask and OOV tokens, then sorts with
+    `np.lexsort((tokens, counts))[::-1]` (keras/src/layers/preprocessing/index_lookup.py, `finalize_state`):
+    descending count, ties in descending order of the tokens' UTF-8 bytes (so `[START]` before `[END]`, `z`
+    before `a`). `max_tokens` counts the mask and OOV tokens too (None: no cap). Unknown words encode to
+    `oov_token`; the mask token `''` is id 0, the padding id.
+    """
+    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens <= 1):
+        raise ValueError(f"max_tokens must be None or an integer > 1 (as TextVectorization's), got {max_tokens!r}")
+    counts = Counter(token for tokens in token_lists for token in tokens)
+    for token in (mask_token, oov_token):
+        counts.pop(token, None)
+    ranked = sorted(counts.items(), key=lambda item: (item[1], item[0].encode("utf-8")), reverse=True)
+    learned = [token for token, _ in ranked][: None if max_tokens is None else max_tokens - 2]
+    return Vocab([mask_token, oov_token, *learned], (mask_token, oov_token), oov_token)

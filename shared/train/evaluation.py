@@ -104,13 +104,16 @@ def rerun_greedy(stack, model, name: str, src: np.ndarray, steps: int, sos_id: i
 
 def encode_sentence(corpus: corpora.Corpus, sentence: str) -> tuple[np.ndarray, list[str]]:
     """Source ids `[1, S]` and their tokens, tokenized as the corpus was: spaCy (Multi30k, with `<sos>`
-    and `<eos>`), the tutorial's preprocessing (spa-eng), or space-separated tokens (the reverse task)."""
+    and `<eos>`), the tutorial's preprocessing (spa-eng), the 2022 tutorial's `tf_lower_and_split_punct` and
+    whitespace split (spa-eng 2022: unknown words become `[UNK]`), or space-separated tokens (the reverse task)."""
     if not sentence.strip():
         raise ValueError("the sentence to translate is empty")
     if corpus.name == "multi30k":
         tokens = ["<sos>", *readers.tokenize(readers.spacy_tokenizers()[0], [sentence])[0], "<eos>"]
     elif corpus.name == "spa_eng":
         tokens = readers.preprocess_sentence(sentence).split()
+    elif corpus.name == "spa_eng_2022":
+        tokens = readers.standardize_2022(sentence).split()
     else:
         tokens = sentence.split()
     try:

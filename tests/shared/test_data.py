@@ -270,6 +270,7 @@ def test_resolve_data_dir(tmp_path, monkeypatch):
 
 def test_dataset_for_model():
     expected = {"additive_attention": None, "bahdanau_bigru": "multi30k", "tf_tutorial": "spa_eng"}
+    expected["tf_tutorial_mha"] = "spa_eng_2022"
     expected.update({name: "reverse" for name in catalogue.CATALOGUE if name.startswith("reverse_")})
     expected.update({name: "multi30k" for name in catalogue.CATALOGUE if name.startswith("luong_")})
     assert {name: documents.dataset_for_model(name) for name in catalogue.CATALOGUE} == expected

@@ -25,8 +25,9 @@ ONE_STACK_MEMBERS = {
 }  # fmt: skip
 # the Keras walk over attribute paths; on the torch side state_dict() is that walk
 ONE_STACK_FUNCTIONS = {
-    "weights.py": {"leaf", "leaves", "assign_through_rules"},
+    "weights.py": {"leaf", "leaves", "assign_through_rules", "attention_variables", "present"},
     "models/tf_tutorial.py": {"keras_initializers"},  # torch starts from Keras's default distributions; Keras has them
+    "models/tf_tutorial_mha.py": {"keras_initializers"},
     "models/seq2seq.py": {"over_time"},  # Keras's fit on TensorFlow traces unknown lengths (ops.scan): torch is eager
     # Keras's `.keras` files; a torch file read and written as arrays in the file's own names, so `rosetta port` can
     # rename them (Keras files are read by path); torch.compile with its recurrent-layer setting (Keras: jit_compile)
