@@ -114,7 +114,8 @@ def _train(args) -> int:
         spec = replace(spec, clipping=args.clipping)
     settings = {"batch_size": args.batch_size, "epochs": args.epochs, "max_steps": args.max_steps, "seed": args.seed,
                 "eval_batches": args.eval_batches, "test_batches": args.test_batches,
-                "checkpoint_every": args.checkpoint_every}  # fmt: skip
+                "checkpoint_every": args.checkpoint_every, "steps_per_epoch": args.steps_per_epoch,
+                "patience": args.patience}  # fmt: skip
     settings = {key: value for key, value in settings.items() if value is not None}
     run_dir = Path(args.run_dir or f"runs/{args.model}")
     if args.force and args.resume:
@@ -226,6 +227,10 @@ def _add_train(commands) -> None:
     train.add_argument("--eval-batches", type=COUNT, help="validation batches after each epoch (default: all)")
     train.add_argument("--test-batches", type=COUNT, help="batches of the final evaluation (default: all)")
     train.add_argument("--checkpoint-every", type=COUNT, help="steps between checkpoints (and after every epoch)")
+    train.add_argument("--steps-per-epoch", type=COUNT, help="an epoch of N batches from the repeated data (Keras's "
+                       "steps_per_epoch; default: the model's recipe, else one pass)")  # fmt: skip
+    train.add_argument("--patience", type=COUNT, help="early stopping: epochs without a better validation loss "
+                       "(default: the model's recipe, else none)")  # fmt: skip
     train.add_argument("--set", action="append", metavar="KEY=VALUE", help="model config override, e.g. hidden_dim=256")
     train.add_argument("--data-option", action="append", metavar="KEY=VALUE", help="corpus option, e.g. train_size=20000")
     train.add_argument("--force", action="store_true", help="train again over an existing checkpoint of this stack")

@@ -16,12 +16,23 @@ from shared.specs import Sizes, TrainSpec
 
 @dataclass(frozen=True)
 class Training:
-    """How a document's models train: batch size, epochs and the optimiser setup (`why`: where it comes from)."""
+    """How a document's models train: batch size, epochs and the optimiser setup (`why`: where it comes from).
+
+    Args:
+        steps_per_epoch: an epoch of this many batches from the repeated, reshuffled training data (Keras's
+            `fit(train_ds.repeat(), steps_per_epoch=...)`); None: an epoch is one pass over the data.
+        eval_batches: validation batches after each epoch (Keras's `validation_steps`); None: the whole split.
+        patience: stop when the validation loss has not improved for this many epochs (Keras's
+            `EarlyStopping(patience=...)`, monitoring `val_loss`); None: every epoch.
+    """
 
     batch_size: int
     epochs: int
     spec: TrainSpec
     why: str
+    steps_per_epoch: int | None = None
+    eval_batches: int | None = None
+    patience: int | None = None
 
 
 @dataclass(frozen=True)
@@ -93,6 +104,22 @@ DOCUMENTS = MappingProxyType({
         None, Sizes(64, 16, 10),
     ),
 })  # fmt: skip
+
+
+# a model that trains otherwise than its document's others: the recipe of the source it follows
+MODEL_TRAINING = MappingProxyType({
+    "tf_tutorial_mha": Training(
+        64, 100, TrainSpec(eps=1e-7, clip_norm=None),
+        "the 2022 TensorFlow tutorial: Adam (Keras defaults; eps 1e-7), no clipping, batch 64, fit(train_ds.repeat(), "
+        "epochs=100, steps_per_epoch=100, validation_steps=20, callbacks=[EarlyStopping(patience=3)])",
+        steps_per_epoch=100, eval_batches=20, patience=3,
+    ),
+})  # fmt: skip
+
+
+def training_for_model(name: str) -> Training | None:
+    """How catalogue model `name` trains: its own recipe (MODEL_TRAINING), else its document's; None: it trains nothing."""
+    return MODEL_TRAINING.get(name) or get(catalogue.get(name).document).training
 
 
 def get(number: str) -> Document:

@@ -68,6 +68,8 @@ class RunConfig:
             compares loss curves sets 1).
         length_multiple: pad every batch's S and T up to a multiple (pads are masked and ignored by the
             loss): fewer distinct shapes, so tf.function traces less often.
+        steps_per_epoch: an epoch of this many batches from the repeated, reshuffled data (None: one pass).
+        patience: stop once the validation loss has not improved for this many epochs (None: never).
     """
 
     model: str
@@ -85,6 +87,8 @@ class RunConfig:
     max_len: int = 50
     length_multiple: int = 8
     corpus_options: dict = field(default_factory=dict)
+    steps_per_epoch: int | None = None
+    patience: int | None = None
 
     def to_json(self) -> dict:
         return {"format": RUN_FORMAT, **dataclasses.asdict(self), "spec": dataclasses.asdict(self.spec)}

@@ -181,27 +181,66 @@ def _assign(model, arrays: Mapping[str, np.ndarray]) -> None:
 
 
 def canonical_shapes(source, model) -> dict[str, tuple]:
-    """The canonical weight shapes (torch's names and layouts) a TF checkpoint holds, read through the
-    structure of `model` (built at any sizes): what `rosetta port` reads a file's sizes from. Keras 3
-    `.weights.h5` files give none (their datasets are named by position, not path)."""
+    """The canonical weight shapes (torch's names and layouts) a TF checkpoint, a SavedModel or a whole model's
+    Keras 3 `.weights.h5` file holds, read through the structure of `model` (built at any sizes): what
+    `rosetta port` reads a file's sizes from. Part files in `.weights.h5` give none. A leaf whose arrays do
+    not fit together (another model's file) gives none either: the strict read names what does not fit."""
     if isinstance(source, Mapping):
         if any(_is_h5(part) for part in source.values()):
             return {}
         stored = {name: Stored(part) for name, part in source.items()}
         found = {f"{name}/{path}": part.shape(node) for name, part in stored.items() for path, node in part.variables.items()}
+        path_of = {id(variable): path for path, variable in variable_paths(model).items()}
     elif _is_h5(source):
-        return {}
+        found, path_of = _h5_datasets(source), _h5_names(model)
     else:
         stored = Stored(source)
         found = {path: stored.shape(node) for path, node in _model_relative(stored, model).items()}
-    path_of = {id(variable): path for path, variable in variable_paths(model).items()}
+        path_of = {id(variable): path for path, variable in variable_paths(model).items()}
     shapes = {}
     for prefix, kind, variables in leaves(model):
         paths = {name: path_of.get(id(variable)) for name, variable in variables.items()}
         if all(path in found for path in paths.values()):
             zeros = {name: np.broadcast_to(np.float32(0), found[path]) for name, path in paths.items()}
-            shapes.update({join_key(prefix, sfx): value.shape for sfx, value in RULES[kind].from_keras(zeros).items()})
+            try:
+                canonical = RULES[kind].from_keras(zeros)
+            except ValueError:  # e.g. attention projections of other widths: not this model's leaf
+                continue
+            shapes.update({join_key(prefix, sfx): value.shape for sfx, value in canonical.items()})
     return shapes
+
+
+def _h5_names(model) -> dict[int, str]:
+    """id(variable) -> the dataset a whole model's `.weights.h5` file keeps it in (`decoder/rnn/cell/vars/1`):
+    Keras names datasets by position, so each floating-point variable is saved holding its own number, and
+    found again by it (the values are put back after)."""
+    owner = _weights_owner(model)
+    variables = [v for v in owner.weights if np.dtype(keras.backend.standardize_dtype(v.dtype)).kind == "f" and np.prod(v.shape)]
+    kept = [np.asarray(variable.numpy()) for variable in variables]
+    try:
+        for number, variable in enumerate(variables, start=1):
+            variable.assign(np.full(tuple(variable.shape), number, kept[number - 1].dtype))
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, f"layout{NATIVE_SUFFIX}")
+            _as_built(owner, lambda: keras.saving.save_weights(owner, path))
+            with h5py.File(path, "r") as store:
+                numbers = {}
+                store.visititems(lambda name, item: numbers.update({name: item[()].flat[0]} if isinstance(item, h5py.Dataset)
+                                                                   and item.size and item.dtype.kind == "f" else {}))  # fmt: skip
+    finally:
+        for variable, value in zip(variables, kept, strict=True):
+            variable.assign(value)
+    return {id(variables[int(number) - 1]): name for name, number in numbers.items() if 1 <= number <= len(variables)}
+
+
+def left_out(source) -> dict[str, str]:
+    """What a TF checkpoint or SavedModel holds beside variables, by path (`model/encoder/text_processor/...`):
+    the objects that keep values but no variable, such as the lookup tables of the tutorial's TextVectorization
+    layers (their vocabulary counts). `read` matches variables only: these are no weights of the model, and a
+    port leaves them out (saying so). Keras `.weights.h5` files and parts give none."""
+    if isinstance(source, Mapping) or _is_h5(source):
+        return {}
+    return Stored(source).other_objects()
 
 
 # ---- Adam's state ----

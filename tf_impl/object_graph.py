@@ -14,18 +14,30 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.protobuf import trackable_object_graph_pb2
 
+from shared.port.port_files import is_saved_model
+
 GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
 VARIABLE_VALUE = "VARIABLE_VALUE"
+OBJECT_CONFIG = "OBJECT_CONFIG_JSON"  # Keras 2's layer configs beside their variables: descriptions, no values
 STEP_NAMES = ("iter", "_iterations")  # an optimizer's step counter: Keras 2 (TF <= 2.10); Keras 2 (TF >= 2.11) and 3
 
 
 # ---- finding the checkpoint ----
 
 
+SAVED_MODEL_VARIABLES = ("variables", "variables")  # a SavedModel's objects: the checkpoint `variables/variables`
+
+
 def resolve(source) -> str:
-    """The checkpoint prefix `source` names: a prefix (`ckpt-3`), its `.index` file, or a folder holding a
-    `checkpoint` file (its latest checkpoint, `tf.train.latest_checkpoint`). ValueError otherwise."""
+    """The checkpoint prefix `source` names: a prefix (`ckpt-3`), its `.index` file, a folder holding a
+    `checkpoint` file (its latest checkpoint, `tf.train.latest_checkpoint`), or a SavedModel folder (its
+    `variables/variables`, the checkpoint of its objects). ValueError otherwise."""
     path = Path(source)
+    if is_saved_model(path):
+        prefix = path.joinpath(*SAVED_MODEL_VARIABLES)
+        if not Path(f"{prefix}.index").is_file():
+            raise ValueError(f"{source}: a SavedModel without {prefix.relative_to(path)}.index (saved holding no variables?)")
+        return str(prefix)
     if path.is_dir():
         return _latest(path)
     prefix = str(path)[: -len(".index")] if path.name.endswith(".index") else str(path)
@@ -85,6 +97,21 @@ class Stored:
                 raise ValueError(f"{self.source}: two variables normalise to the path {name}")
             found[name] = node_id
         return found
+
+    def other_objects(self) -> dict[str, str]:
+        """The objects that hold saved values but no variable, by path from the file's root, each with what it
+        holds (a TextVectorization's lookup table: `table-keys [9] string, table-values [9] int64`): what
+        reading the variables leaves out."""
+        found = {}
+        for node_id, path in _paths(self.graph, 0, self.optimizers).items():
+            held = [a for a in self.graph.nodes[node_id].attributes if a.name not in (VARIABLE_VALUE, OBJECT_CONFIG)]
+            if held and path:
+                found["/".join(path)] = ", ".join(f"{a.name} {self._described(a.checkpoint_key)}" for a in held)
+        return found
+
+    def _described(self, key: str) -> str:
+        shape, dtype = self.shapes.get(key), self.reader.get_variable_to_dtype_map().get(key)
+        return f"{list(shape) if shape is not None else '?'} {dtype.name if dtype is not None else ''}".strip()
 
     def key(self, node_id: int) -> str | None:
         """The checkpoint key of a variable node, None for other nodes."""

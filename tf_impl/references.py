@@ -16,11 +16,13 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from shared.port.port_files import is_saved_model
 from shared.port.references import Reference
-from tf_impl.keras_compat.backends import float64_policy  # here before: tf_impl.references.float64_policy still works
+from tf_impl.keras_compat.backends import exact_float64, float64_policy  # tf_impl.references.float64_policy: as before
+from tf_impl.object_graph import SAVED_MODEL_VARIABLES, resolve
 
 # what a key map may name (`"reference"`, `"runner"`): a key map is data, passed around like a checkpoint
-SHIPPED = ("tf_nmt_2020", "tf_nmt_2021", "run_tf_nmt")
+SHIPPED = ("tf_nmt_2020", "tf_nmt_2021", "run_tf_nmt", "tf_nmt_2022", "run_tf_nmt_2022")
 
 
 def in_float64(model, builder, source: str) -> tuple[object, str]:
@@ -59,18 +61,29 @@ def _widened_file(path: Path, folder: Path) -> str | None:
     folder.mkdir(parents=True)
     if path.name.endswith(".weights.h5"):
         return str(_widened_h5(path, folder / path.name))
+    if is_saved_model(path):  # its graph as it is; its variables widened (the reference reads only those)
+        copy = folder / path.name
+        copy.joinpath(*SAVED_MODEL_VARIABLES).parent.mkdir(parents=True)
+        shutil.copyfile(path / "saved_model.pb", copy / "saved_model.pb")
+        _widened_checkpoint(resolve(path), copy.joinpath(*SAVED_MODEL_VARIABLES))
+        return str(copy)
     prefix = _checkpoint_prefix(path)
     if prefix is None:
         return None
     copy = folder / Path(prefix).name
-    reader = tf.train.load_checkpoint(prefix)
-    names = sorted(reader.get_variable_to_dtype_map())
-    tensors = [_widen(reader.get_tensor(name)) for name in names]
-    tf.raw_ops.SaveV2(prefix=str(copy), tensor_names=names, shape_and_slices=[""] * len(names), tensors=tensors)
+    _widened_checkpoint(prefix, copy)
     if path.is_dir():  # a folder as `Checkpoint.save` leaves it: the user reads tf.train.latest_checkpoint(folder)
         (folder / "checkpoint").write_text(f'model_checkpoint_path: "{copy.name}"\nall_model_checkpoint_paths: "{copy.name}"\n')
         return str(folder)
     return str(copy) + (".index" if path.name.endswith(".index") else "")
+
+
+def _widened_checkpoint(prefix: str, copy: Path) -> None:
+    """The checkpoint `prefix` written again at `copy`, every float tensor in float64 (keys and graph kept)."""
+    reader = tf.train.load_checkpoint(prefix)
+    names = sorted(reader.get_variable_to_dtype_map())
+    tensors = [_widen(reader.get_tensor(name)) for name in names]
+    tf.raw_ops.SaveV2(prefix=str(copy), tensor_names=names, shape_and_slices=[""] * len(names), tensors=tensors)
 
 
 def _checkpoint_prefix(path: Path) -> str | None:
@@ -228,6 +241,63 @@ def tf_nmt_2020(path) -> NmtParts:
 def tf_nmt_2021(path) -> NmtParts:
     """The February 2020 to May 2021 tutorial (W1 on the query) holding the checkpoint at `path`."""
     return _nmt(str(path), w1_on_query=True)
+
+
+# ---- the same tutorial as it is today (tensorflow/text, the 2022 rewrite): the model tf-nmt-2022 ports ----
+
+
+def tf_nmt_2022(path):
+    """The 2022 tutorial's own `Translator` (tf_impl/tutorials/nmt_2022.py) at the sizes the file shows, built by
+    one call, holding `path`: a `.weights.h5` file (the tutorial's `model.save_weights`) loaded by its own
+    `load_weights`, or a SavedModel folder (the tutorial's `tf.saved_model.save(export, 'translator')`) restored
+    by TensorFlow's own `tf.train.Checkpoint` from its `variables/variables`, the model at the root or under one
+    name (the export's `model`). Under a float64 dtype policy (shared.port.references) the MultiHeadAttention's
+    scale is made exact (`exact_float64`: Keras rounds 1/sqrt(units) to float32 on TensorFlow)."""
+    from shared import catalogue
+    from tf_impl import build, checkpoints
+    from tf_impl.tutorials.nmt_2022 import Translator
+
+    spec = catalogue.get("tf_tutorial_mha")
+    sizes = catalogue.sizes_from_weights(spec, checkpoints.canonical_shapes(path, build(spec.name, **spec.fixture_config)))
+    if set(sizes) != set(spec.weight_sizes):
+        raise ValueError(f"{path}: the 2022 tutorial's sizes are not readable ({', '.join(spec.weight_sizes)})")
+    model = Translator(sizes["units"], sizes["context_vocab_size"], sizes["target_vocab_size"])
+    run_tf_nmt_2022(model, {"src": np.ones((1, 2), np.int64), "tgt_in": np.ones((1, 1), np.int64)})  # builds it
+    exact_float64(model)
+    if is_saved_model(path):
+        _restore_saved_model(str(path), model)
+    else:
+        model.load_weights(str(path))
+    return model
+
+
+def _restore_saved_model(path: str, model) -> None:
+    """TensorFlow's own restore of a SavedModel's variables into `model`, which must take every one of its own."""
+    from tf_impl.object_graph import Stored
+
+    names = {variable.split("/")[0] for variable in Stored(path).variables}
+    if names <= {"encoder", "decoder"}:
+        holder = tf.train.Checkpoint(root=model)  # tf.saved_model.save(translator, ...)
+    elif len(names) == 1:
+        holder = tf.train.Checkpoint(**{names.pop(): model})  # tf.saved_model.save(Export(translator), ...)
+    else:
+        raise ValueError(f"{path}: holds {', '.join(sorted(names))} at its root: the tutorial's model is there, or under one name")
+    holder.read(resolve(path)).assert_existing_objects_matched()
+
+
+def run_tf_nmt_2022(model, batch: dict) -> dict[str, np.ndarray]:
+    """The 2022 tutorial's `logits = model((context, target_in))`, teacher forced, with what it keeps: the
+    attention averaged over its head (`decoder.last_attention_weights`) and the encoder's output."""
+    from shared.core.taps import ENCODER_OUTPUTS
+    from shared.port.references import ATTENTION_WEIGHTS, LOGITS
+
+    src, tgt_in = tf.constant(batch["src"]), tf.constant(batch["tgt_in"])
+    logits = model((src, tgt_in))  # [B, T, V]
+    return {
+        ENCODER_OUTPUTS: model.encoder(src).numpy(),  # [B, S, H]
+        ATTENTION_WEIGHTS: model.decoder.last_attention_weights.numpy(),  # [B, T, S]
+        LOGITS: logits.numpy(),
+    }
 
 
 def _parts_or_model(made) -> list:

@@ -37,6 +37,11 @@ FORMATS = {
     "keras": Format("keras", ".keras", "tf", "Keras model", False),
     "tf_checkpoint": Format("tf_checkpoint", ".index", "tf", "TensorFlow checkpoint", False),
 }
+# read, never written: a folder `tf.saved_model.save` leaves (`saved_model.pb`, `variables/`), told by what it holds;
+# its weights are the checkpoint `variables/variables`, read as a TF checkpoint is (tf_impl/checkpoints.py)
+SAVED_MODEL = Format("saved_model", "/", "tf", "TensorFlow SavedModel", False)
+READ_ONLY = {"saved_model": SAVED_MODEL}
+CHECKPOINT_READER = ("keras_weights", "tf_checkpoint", "saved_model")  # read by tf_impl.checkpoints.read, by path
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,11 +74,11 @@ def endpoint(text, named: str | None = None, key_map: str | None = None, destina
     parts = source_parts(str(text)) if not destination else None
     path = Path(next(iter(parts.values()))) if parts else Path(text)
     layout, fmt = layouts.IDENTITY, None
-    if named in FORMATS:
-        fmt = FORMATS[named]
+    if named in FORMATS or named in READ_ONLY:
+        fmt = {**FORMATS, **READ_ONLY}[named]
     elif named is not None:
         if named not in layouts.presets():
-            known = ", ".join([*FORMATS, *layouts.presets()])
+            known = ", ".join([*FORMATS, *READ_ONLY, *layouts.presets()])
             raise ValueError(f"{'--to' if destination else '--from'} {named!r} is neither a format nor a preset; known: {known}")
         layout = layouts.preset(named)
     if key_map is not None:
@@ -83,6 +88,10 @@ def endpoint(text, named: str | None = None, key_map: str | None = None, destina
     if layout.format is not None and layout.format not in FORMATS:
         raise ValueError(f'{layout.where}: "format" {layout.format!r} is not one of {", ".join(FORMATS)}')
     fmt = fmt or (FORMATS[layout.format] if layout.format else None) or _detect(path, destination)
+    if fmt.name in CHECKPOINT_READER and is_saved_model(path):
+        fmt = SAVED_MODEL  # a layout of Keras files reads the SavedModel of the same model: its variables, by path
+    if destination and fmt.name in READ_ONLY:
+        raise ValueError(_refuse_saved_model(path))
     if parts and fmt.name not in ("tf_checkpoint", "keras_weights"):
         raise ValueError(f"{text}: a source in parts is read from TensorFlow checkpoints or Keras .weights.h5 files")
     flag = "--to" if destination else "--from"
@@ -91,6 +100,19 @@ def endpoint(text, named: str | None = None, key_map: str | None = None, destina
         raise ValueError(f"{layout.where}: renames act on the keys of torch and safetensors files; a {fmt.description} "
                          "is read by attribute path, in the catalogue's names already")  # fmt: skip
     return Endpoint(path, fmt, layout, parts, named=named is not None or key_map is not None)
+
+
+def is_saved_model(path) -> bool:
+    """Whether `path` is a SavedModel folder (`tf.saved_model.save`): `saved_model.pb` and a `variables/` folder."""
+    path = Path(path)
+    return (path / "saved_model.pb").is_file() and (path / "variables").is_dir()
+
+
+def _refuse_saved_model(path: Path) -> str:
+    return (f"{path}: rosetta port reads a TensorFlow SavedModel but does not write one (it holds the traced functions "
+            "of the code that saved it, which no weights carry); write a Keras .weights.h5 file (`--to tf-nmt-2022` for "
+            "TensorFlow's 2022 NMT tutorial), which the model's `load_weights` loads, then tf.saved_model.save that "
+            "model as the tutorial's export does")  # fmt: skip
 
 
 def _check_format_fits_name(paths: dict, fmt: Format, named: str, destination: bool) -> None:
@@ -118,13 +140,16 @@ def source_parts(text: str) -> dict[str, Path] | None:
 
 
 def _detect(path: Path, destination: bool) -> Format:
-    """The format `path`'s name (or, for a TF checkpoint, what lies there) shows."""
+    """The format `path`'s name (or, for a TF checkpoint or SavedModel folder, what lies there) shows."""
+    if is_saved_model(path):
+        return SAVED_MODEL
     for fmt in FORMATS.values():
         if path.name.endswith(fmt.suffix):
             return fmt
     if not destination and ((path / "checkpoint").is_file() or Path(f"{path}.index").is_file()):
         return FORMATS["tf_checkpoint"]
     known = ", ".join(f"{fmt.suffix} ({fmt.description})" for fmt in FORMATS.values())
+    known += "" if destination else ", or pass a SavedModel folder (saved_model.pb, variables/)"
     flag = "--to" if destination else "--from"
     raise ValueError(f"{path}: cannot tell the format from the file name; name it {known}, or pass {flag}")
 
@@ -139,6 +164,7 @@ class Read:
     inferred: dict
     dtype: str
     raw: tuple | None = None  # a keyed file's (arrays, Adam state, saved metadata) as read: other layouts map them again
+    left_out: dict[str, str] = dataclasses.field(default_factory=dict)  # objects the file holds beside its weights
 
 
 def read_endpoint(end: Endpoint, stack, name: str, dtype: str | None, overrides: dict, with_optimizer: bool,
@@ -160,9 +186,12 @@ def read_endpoint(end: Endpoint, stack, name: str, dtype: str | None, overrides:
         if saved is not None and end.layout.identity:
             config = _saved_config(end.path, saved, name, config, overrides)
         return Read(weights, state, config, inferred, dtype, raw)
-    inferred = _checkpoint_sizes(end, stack, name, overrides) if end.format.name == "tf_checkpoint" else {}
+    inferred = _checkpoint_sizes(end, stack, name, overrides) if end.format.name in CHECKPOINT_READER else {}
     config = catalogue.resolve_config(spec, dtype or "float32", {**inferred, **end.layout.config, **overrides})
     model, state = read(stack, end.parts or end.path, end.format, name, config, dtype or "float32", with_optimizer)
+    left_out = {}
+    if end.format.name in CHECKPOINT_READER:  # e.g. the text processors a SavedModel keeps beside the model
+        left_out = importlib.import_module("tf_impl.checkpoints").left_out(end.parts or end.path)
     dtype = dtype or str(np.dtype(next(iter(stack.get_weights(model).values())).dtype))
     if end.format.name == "keras":
         differ = [f"{key}={model.rosetta_config.get(key)!r}" for key in overrides if model.rosetta_config.get(key) != config[key]]
@@ -170,11 +199,12 @@ def read_endpoint(end: Endpoint, stack, name: str, dtype: str | None, overrides:
             raise ValueError(f"{end.path}: saved with {', '.join(differ)}; drop those --set")
         config = model.rosetta_config
     weights = _cast(end.layout.to_catalogue(stack.get_weights(model)), dtype)
-    return Read(weights, _map_state(state, end.layout.to_catalogue), config, inferred, dtype)
+    return Read(weights, _map_state(state, end.layout.to_catalogue), config, inferred, dtype, left_out=left_out)
 
 
 def _checkpoint_sizes(end: Endpoint, stack, name: str, overrides: dict) -> dict:
-    """The sizes a TF checkpoint's shapes show, read through a model of the same structure at fixture sizes."""
+    """The sizes a TF checkpoint's, a SavedModel's or a `.weights.h5` file's shapes show, read through a model of the
+    same structure at fixture sizes."""
     spec = catalogue.get(name)
     structure = stack.build(name, "float32", **{**spec.fixture_config, **end.layout.config})
     shapes = importlib.import_module("tf_impl.checkpoints").canonical_shapes(end.parts or end.path, structure)

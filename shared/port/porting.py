@@ -81,6 +81,7 @@ class PortReport:
     also_fits: list[ambiguity.Fit] = dataclasses.field(default_factory=list)
     user_model_ran: bool = False
     load: str = ""
+    left_out: dict[str, str] = dataclasses.field(default_factory=dict)  # the source's objects that are no weights
 
     @property
     def components(self) -> list[Component]:
@@ -139,7 +140,7 @@ def port(source, destination, model: str | None = None, to: str | None = None, f
         checks += _reference_checks(models, src, dataclasses.replace(dst, path=staged), reference)
         report = PortReport(src, dst, name, config, found.inferred, len(found.weights),
                             sum(np.size(array) for array in found.weights.values()), checks, also_fits, user_model_ran,
-                            loading.load_line(dst, name, config, dtype, found.state is not None))  # fmt: skip
+                            loading.load_line(dst, name, config, dtype, found.state is not None), found.left_out)  # fmt: skip
         if report.ok:
             move_into_place(staged, dst.path, force)
         return report
@@ -300,6 +301,10 @@ def render(report: PortReport) -> str:
     lines += [f"layout {end.layout.title}: {end.layout.describe()}" for end in (report.source, report.destination)
               if end.layout.describe()]  # fmt: skip
     lines += ambiguity.notes(report.source, report.also_fits, report.user_model_ran)
+    if report.left_out:
+        held = "; ".join(f"{path} ({what})" for path, what in report.left_out.items())
+        lines.append(f"left out, no weights of the model: {held} (values the file keeps beside its variables, such as a "
+                     "TextVectorization's vocabulary table: keep your text processing with your code)")  # fmt: skip
     for check in report.checks:
         lines += render_check(check)
     failure = report.first_failure

@@ -149,7 +149,7 @@ def _changed_config(summary: dict) -> dict:
 
 def _changed_spec(summary: dict) -> dict:
     """The training-spec entries a run changed from its document's setup (teacher forcing, lr, ...)."""
-    document = dataclasses.asdict(documents.get(summary["document"]).training.spec)
+    document = dataclasses.asdict(documents.training_for_model(summary["model"]).spec)
     return {key: value for key, value in summary["spec"].items() if document[key] != value and key != "betas"}
 
 

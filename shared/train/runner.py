@@ -150,7 +150,7 @@ def _loop(run: RunConfig, stack, model, trainer, corpus: corpora.Corpus, out: Pa
     """Epochs of shuffled, bucketed batches, each handed to the stack's `Trainer.train_epoch` (Keras's: `fit`);
     checkpoints every `checkpoint_every` steps and after each epoch. Begins at `start` (the batches of its epoch
     before its step skipped). Returns the number of steps taken."""
-    steps_per_epoch = math.ceil(len(corpus.splits["train"][0]) / run.batch_size)  # batches keep the last, short one
+    steps_per_epoch = run.steps_per_epoch or _batches_per_pass(run, corpus)
     total = steps_per_epoch * run.epochs if run.max_steps is None else min(run.max_steps, steps_per_epoch * run.epochs)
     steps = _Steps(run, stack, trainer, corpus, out, total, _Progress(total, progress, f"{run.model} [{stack.__name__}]"))
     steps.step = steps.saved = start.step
@@ -158,7 +158,7 @@ def _loop(run: RunConfig, stack, model, trainer, corpus: corpora.Corpus, out: Pa
     try:
         for epoch in range(start.epoch, run.epochs):
             steps.start_epoch(epoch)
-            batches = corpus.batches("train", run.batch_size, rng=np.random.default_rng([run.seed, epoch]))
+            batches = _epoch_batches(run, corpus, epoch)
             done_in_epoch = steps.step - epoch * steps_per_epoch  # > 0 only in a resumed run's first epoch
             if done_in_epoch < steps_per_epoch and steps.step < total:
                 remaining = itertools.islice(batches, done_in_epoch, done_in_epoch + total - steps.step)
@@ -166,11 +166,39 @@ def _loop(run: RunConfig, stack, model, trainer, corpus: corpora.Corpus, out: Pa
                 steps.saved = _checkpoint(stack, trainer, run, corpus, out, steps.step, epoch, steps.log)
             metrics_of_epoch = evaluate(stack, model, run, corpus, "val", limit=run.eval_batches)
             _append_json_lines(out / runs.EVAL_LOG, [{"epoch": epoch, "step": steps.step, **metrics_of_epoch}])
-            if steps.step == total:
+            if steps.step == total or stops_early(runs.read_json_lines(out / runs.EVAL_LOG), run.patience):
                 break
     finally:
         steps.bar.close()
     return steps.step
+
+
+def _batches_per_pass(run: RunConfig, corpus: corpora.Corpus) -> int:
+    return math.ceil(len(corpus.splits["train"][0]) / run.batch_size)  # batches keep the last, short one
+
+
+def _epoch_batches(run: RunConfig, corpus: corpora.Corpus, epoch: int) -> list[dict]:
+    """The batches of `epoch`: one shuffled, bucketed pass over the data (pass `epoch`); with `steps_per_epoch`, the
+    epoch's slice of the passes one after the other (Keras's `fit(train_ds.repeat(), steps_per_epoch=...)`)."""
+    if run.steps_per_epoch is None:
+        return corpus.batches("train", run.batch_size, rng=np.random.default_rng([run.seed, epoch]))
+    per_pass, start = _batches_per_pass(run, corpus), epoch * run.steps_per_epoch
+    batches, data_pass = [], start // per_pass
+    while len(batches) < run.steps_per_epoch:
+        whole = corpus.batches("train", run.batch_size, rng=np.random.default_rng([run.seed, data_pass]))
+        batches += whole[start - data_pass * per_pass if not batches else 0 :]
+        data_pass += 1
+    return batches[: run.steps_per_epoch]
+
+
+def stops_early(records: list[dict], patience: int | None) -> bool:
+    """Keras's `EarlyStopping(monitor="val_loss", patience=patience)` on the validation records so far: True once
+    `patience` epochs have passed without a loss below the best before them."""
+    if patience is None or not records:
+        return False
+    losses = [record["loss"] for record in records]
+    best = losses.index(min(losses))  # the first epoch to reach the minimum: a tie is no improvement
+    return len(losses) - 1 - best >= patience
 
 
 class _Steps:

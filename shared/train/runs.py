@@ -79,12 +79,15 @@ class RunError(ValueError):
 
 
 def document_defaults(model: str) -> dict:
-    """The document's batch size, epochs and TrainSpec for `model`."""
-    document = catalogue.get(model).document
-    training = documents.get(document).training
+    """The batch size, epochs, TrainSpec, epoch size, validation batches and patience `model` trains with: its own
+    recipe, else its document's (shared.documents.training_for_model)."""
+    training = documents.training_for_model(model)
     if training is None:
+        document = catalogue.get(model).document
         raise ValueError(f"model {model!r} (document {document}) has no training data: document {document} trains nothing")
-    return {"batch_size": training.batch_size, "epochs": training.epochs, "spec": training.spec}
+    recipe = {"batch_size": training.batch_size, "epochs": training.epochs, "spec": training.spec}
+    extras = {"steps_per_epoch": training.steps_per_epoch, "eval_batches": training.eval_batches, "patience": training.patience}
+    return {**recipe, **{key: value for key, value in extras.items() if value is not None}}
 
 
 def create_run(run_dir, model: str, data_dir=None, overrides: dict | None = None, corpus_options: dict | None = None,

@@ -62,9 +62,11 @@ class CrossAttention(keras.layers.Layer):
 
     def call(self, x, context, query_mask, context_mask):
         """`x [B, T, H]`, `context [B, S, H]` -> `[B, T, H]`, and the attention averaged over the heads `[B, T, S]`."""
-        attn_output, attn_scores = self.mha(
-            query=x, value=context, query_mask=query_mask, value_mask=context_mask, return_attention_scores=True
-        )  # [B, T, H], [B, heads, T, S]
+        # the tutorial's implicit masks as one attention mask: MultiHeadAttention replaces a `query_mask` argument by the
+        # query's own Keras mask, which Keras's torch backend does not attach to the GRU's output
+        allowed = ops.logical_and(ops.expand_dims(query_mask, 2), ops.expand_dims(context_mask, 1))  # [B, T, S]
+        attn_output, attn_scores = self.mha(query=x, value=context, attention_mask=allowed, return_attention_scores=True)
+        # attn_output [B, T, H], attn_scores [B, heads, T, S]
         attn_scores = tap(ATTENTION_SCORES, ops.mean(attn_scores, axis=1))  # [B, T, S]
         x = self.add([x, tap(CONTEXT_VECTORS, attn_output)])  # [B, T, H]
         return self.layernorm(x), attn_scores
@@ -89,6 +91,8 @@ class Decoder(keras.layers.Layer):
         mask = self.embedding.compute_mask(x)  # [B, T]
         embedded = tap(TARGET_EMBEDDINGS, self.embedding(x))  # [B, T, H]
         x, state = self.rnn(embedded, initial_state=state, mask=mask, training=training)  # [B, T, H], [B, H]
+        # a pad step before any real one outputs zeros: TensorFlow's rule (Keras's JAX backend repeats the initial state)
+        x = ops.where(ops.expand_dims(ops.cumsum(ops.cast(mask, "int32"), axis=1) > 0, 2), x, ops.zeros_like(x))
         x, attention = self.attention(x, context, mask, context_mask)  # [B, T, H], [B, T, S]
         return x, state, attention
 

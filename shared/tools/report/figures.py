@@ -167,7 +167,7 @@ def _record_rank(record: dict) -> tuple:
 
 def _why_untrained(name: str) -> str:
     spec = catalogue.get(name)
-    if documents.get(spec.document).training is None:
+    if documents.training_for_model(name) is None:
         return f"document {spec.document} trains nothing"
     return "no run with its checkpoint has been recorded"
 
