@@ -39,7 +39,12 @@ BOUNDS = {"float64": 1e-9, "float32": 1e-5}  # the issue's: 200 fit steps agains
 # runs); here `fit` itself, on a dict with schedules and on a tuple, in each precision
 @pytest.mark.parametrize(
     "name, as_tuple, dtype",
-    [("luong_general", False, "float64"), ("bahdanau_bigru", True, "float32"), ("reverse_bahdanau", True, "float64")],
+    [
+        ("luong_general", False, "float64"),
+        ("bahdanau_bigru", True, "float32"),
+        ("reverse_bahdanau", True, "float64"),
+        ("tf_tutorial_mha", True, "float64"),
+    ],  # the 2022 tutorial's own input: model((context, target_in))
 )
 def test_200_fit_steps_follow_torchs_training_loop(name, as_tuple, dtype):
     reference = training.train_fixture(torch_impl, name, dtype, FIT_STEPS, EQUALITY_SPEC)
