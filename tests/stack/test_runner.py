@@ -163,3 +163,38 @@ def test_bad_run_requests_get_one_clear_error(tmp_path, monkeypatch, capsys):
         stacks.import_stack("jax")
     assert rosetta(["train", "luong_general", "--run-dir", str(tmp_path / "d"), "--data-dir", str(tmp_path / "nope")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_epochs_of_steps_per_epoch_read_the_passes_one_after_the_other(tmp_path):
+    """Keras's `fit(train_ds.repeat(), steps_per_epoch=N)`: epoch e holds batches e*N .. e*N + N - 1 of the stream of
+    shuffled passes (pass p drawn as a whole epoch p would be)."""
+    run_dir = _run(tmp_path, steps_per_epoch=3, epochs=5)
+    run, corpus = runs.load_run(run_dir), runs.load_corpus(run_dir)
+    stream = [batch for p in range(4) for batch in corpus.batches("train", 16, rng=np.random.default_rng([run.seed, p]))]
+    epochs = [batch for epoch in range(5) for batch in runner._epoch_batches(run, corpus, epoch)]
+    assert len(epochs) == 15
+    for got, expected in zip(epochs, stream[:15], strict=True):
+        assert all(np.array_equal(got[key], expected[key]) for key in expected)
+    one_pass = runs.load_run(_run(tmp_path / "b"))  # no steps_per_epoch: an epoch is one pass (the control)
+    assert len(runner._epoch_batches(one_pass, corpus, 0)) == 4
+
+
+def test_early_stopping_ends_the_run_after_patience_epochs_without_improvement(stack, tmp_path, monkeypatch):
+    losses = iter([3.0, 2.0, 2.5, 2.0, 1.0, 0.5])  # best at epoch 1; epochs 2 and 3 do not improve (2.0 ties)
+    real_evaluate = runner.evaluate
+    monkeypatch.setattr(
+        runner,
+        "evaluate",
+        lambda *a, **k: {**real_evaluate(*a, **k), "loss": next(losses)} if a[4] == "val" else real_evaluate(*a, **k),
+    )
+    run_dir = _run(tmp_path, steps_per_epoch=2, epochs=6, patience=2)
+    runner.train(run_dir, _stack_name(stack), progress=False)
+    evals = runs.read_json_lines(run_dir / _stack_name(stack) / runs.EVAL_LOG)
+    assert [record["loss"] for record in evals] == [3.0, 2.0, 2.5, 2.0]  # stopped after epoch 3
+    assert len(runs.read_json_lines(run_dir / _stack_name(stack) / runs.LOSS_LOG)) == 8
+
+
+def test_stops_early_needs_a_patience():
+    assert not runner.stops_early([{"loss": 1.0}, {"loss": 2.0}, {"loss": 3.0}], None)
+    assert runner.stops_early([{"loss": 1.0}, {"loss": 2.0}, {"loss": 3.0}], 2)
+    assert not runner.stops_early([{"loss": 1.0}, {"loss": 2.0}, {"loss": 0.5}], 2)
