@@ -101,7 +101,7 @@ def _train(args) -> int:
     from shared import data
     from shared.train import runs
 
-    if args.skip_without_data and _no_data(args):
+    if args.skip_without_data and not args.corpus and _no_data(args):
         print(f"rosetta: {args.model} skipped: no data folder (--data-dir or {data.ENV_VAR})")
         return 0
     defaults = runs.document_defaults(args.model)
@@ -120,17 +120,52 @@ def _train(args) -> int:
     run_dir = Path(args.run_dir or f"runs/{args.model}")
     if args.force and args.resume:
         raise ValueError("--force starts the run again, --resume continues it: pass one")
+    if (args.nproc_per_node or 1) > 1 and args.stack != "torch":
+        raise ValueError("--nproc-per-node starts torchrun's ranks: pass --stack torch (Keras: --devices)")
     if args.resume and not (run_dir / runs.RUN_FILE).is_file():
         raise ValueError(f"{run_dir}: nothing to resume (no {runs.RUN_FILE} there); start the run without --resume")
     sizes, options = _key_values(args.set, "--set"), _key_values(args.data_option, "--data-option")
+    dataset, options = _corpus_request(args, options)  # --corpus: your own parallel text
     with runs.run_folder(run_dir):  # one rosetta train per folder: a second one is refused, naming the first
         if args.resume:  # the run as it was started: its own settings
             run = runs.load_run(run_dir)
             if run.model != args.model:
                 raise ValueError(f"{run_dir} is a run of {run.model}, not {args.model}")
+            _check_resumed_corpus(run_dir, run, dataset, options)
         else:
-            run = runs.create_run(run_dir, args.model, args.data_dir, sizes, options, spec=spec, dtype=args.dtype, **settings)
+            run = runs.create_run(run_dir, args.model, args.data_dir, sizes, options, dataset, not args.quiet, spec=spec,
+                                  dtype=args.dtype, **settings)  # fmt: skip
         return _train_stacks(args, run_dir, run)
+
+
+def _corpus_request(args, data_options: dict) -> tuple[str | None, dict]:
+    """(dataset, corpus options) of `rosetta train`: None and the --data-option values (the model's own data set), or
+    with --corpus "corpus" and the own corpus's options (shared.data.parallel; the model's specials added later)."""
+    flags = {"--langs": args.langs, "--tokenizer": args.tokenizer, "--min-freq": args.min_freq,
+             "--max-vocab": args.max_vocab, "--lowercase/--keep-case": args.lowercase}  # fmt: skip
+    if args.corpus is None:
+        given = [flag for flag, value in flags.items() if value is not None]
+        if given:
+            raise ValueError(f"{', '.join(given)} describe an own corpus: pass --corpus DIR too")
+        return None, data_options
+    if args.data_dir or data_options:
+        raise ValueError("--data-dir and --data-option are for the documents' data sets, --corpus names your own: pass one")
+    if args.langs is None:
+        raise ValueError("--corpus needs --langs SRC,TGT: the suffixes of its files (e.g. de,en for train.de, train.en)")
+    options = {"path": args.corpus, "langs": args.langs, "tokenizer": args.tokenizer, "min_freq": args.min_freq,
+               "max_vocab": args.max_vocab, "lowercase": args.lowercase}  # fmt: skip
+    return "corpus", {key: value for key, value in options.items() if value is not None}
+
+
+def _check_resumed_corpus(run_dir: Path, run, dataset: str | None, options: dict) -> None:
+    """--resume with --corpus: the run must have read that corpus with those options (it goes on with its saved copy)."""
+    from shared.data import parallel
+
+    if dataset is None:
+        return
+    if run.dataset != dataset:
+        raise ValueError(f"{run_dir} is a run on {run.dataset}, not on an own corpus: resume it without --corpus")
+    parallel.check_options(run.corpus_options, parallel.normalize({**options, **parallel.layout(run.model)}), run_dir)
 
 
 def _train_stacks(args, run_dir: Path, run) -> int:
@@ -145,13 +180,30 @@ def _train_stacks(args, run_dir: Path, run) -> int:
     print(
         f"run {run_dir}: {run.model} on {run.dataset}, {run.epochs} epochs of batch {run.batch_size}, stacks {', '.join(stacks)}"
     )
-    if len(stacks) > 1:  # one stack per process, torch first: it writes the initial weights both start from
+    ranks = args.nproc_per_node or 1
+    if len(stacks) > 1 or ranks > 1:  # one stack per process (torch first: it writes the initial weights both start from)
         for stack in stacks:
-            code = subprocess.call([sys.executable, "-m", "shared.train.runner", *_child_argv(args, stack)])
+            code = subprocess.call([*_runner_command(stack, ranks), *_child_argv(args, stack)])
             if code:
                 return code
         return 0
     return runner.main(_child_argv(args, stacks[0]))
+
+
+def _runner_command(stack: str, ranks: int) -> list[str]:
+    """How one stack's runner starts: `python -m shared.train.runner`, or for torch with ranks torchrun's launcher
+    (`torch.distributed.run --standalone`: one machine) starting one runner per rank."""
+    if ranks == 1 or stack != "torch":
+        return [sys.executable, "-m", "shared.train.runner"]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={ranks}",
+        "-m",
+        "shared.train.runner",
+    ]
 
 
 def _no_data(args) -> bool:
@@ -227,12 +279,15 @@ def _add_train(commands) -> None:
     train.add_argument("--eval-batches", type=COUNT, help="validation batches after each epoch (default: all)")
     train.add_argument("--test-batches", type=COUNT, help="batches of the final evaluation (default: all)")
     train.add_argument("--checkpoint-every", type=COUNT, help="steps between checkpoints (and after every epoch)")
+    train.add_argument("--nproc-per-node", type=COUNT, help="torch: data-parallel over N processes (torchrun, DDP; gloo on "
+                       "CPUs, NCCL on GPUs); each global batch is split by rows")  # fmt: skip
     train.add_argument("--steps-per-epoch", type=COUNT, help="an epoch of N batches from the repeated data (Keras's "
                        "steps_per_epoch; default: the model's recipe, else one pass)")  # fmt: skip
     train.add_argument("--patience", type=COUNT, help="early stopping: epochs without a better validation loss "
                        "(default: the model's recipe, else none)")  # fmt: skip
     train.add_argument("--set", action="append", metavar="KEY=VALUE", help="model config override, e.g. hidden_dim=256")
     train.add_argument("--data-option", action="append", metavar="KEY=VALUE", help="corpus option, e.g. train_size=20000")
+    _add_corpus_options(train)
     train.add_argument("--force", action="store_true", help="train again over an existing checkpoint of this stack")
     train.add_argument("--resume", action="store_true", help="continue an interrupted run from its last checkpoint "
                        "(its own settings; a finished stack is left as it is)")  # fmt: skip
@@ -258,6 +313,44 @@ def _add_train(commands) -> None:
     reproduce.add_argument("--output", default="reports/reproduction.md")
     reproduce.add_argument("--readme", help="also fill the table into this README's reproduction block")
     reproduce.set_defaults(func=_reproduction)
+
+
+def _add_corpus_options(train) -> None:
+    """`rosetta train`'s own-corpus options (shared.data.parallel); every default None: given or not."""
+    own = train.add_argument_group(
+        "your own parallel corpus",
+        "train a model of real data (bahdanau_bigru, luong_*, tf_tutorial, tf_tutorial_mha) on your own sentence pairs; "
+        "read once (streaming) into the run's corpus/, the vocabularies built from train.* with the model's special tokens",
+    )
+    own.add_argument(
+        "--corpus",
+        metavar="DIR",
+        help="a folder of train.SRC and train.TGT, valid.* (or val.*, dev.*) and optionally test.* (else the final "
+        "evaluation uses valid), each plain or .gz, UTF-8, one sentence a line, line i of both sides a pair; an empty "
+        "line, unequal line counts or a bad byte is an error naming the file and line",
+    )
+    own.add_argument(
+        "--langs",
+        metavar="SRC,TGT",
+        help="the languages, source first, as the files' suffixes: de,en trains German -> English on train.de, train.en",
+    )
+    own.add_argument(
+        "--tokenizer",
+        choices=["spacy", "whitespace"],
+        help="spacy (default): spaCy's rule-based tokenizer of each language (spacy.blank, no download; the [data] "
+        "extra); whitespace: text already tokenized",
+    )
+    own.add_argument("--min-freq", type=COUNT, metavar="N", help="vocabulary: tokens seen at least N times in train (default 2)")
+    own.add_argument(
+        "--max-vocab",
+        type=_number(int, 5),
+        metavar="N",
+        help="vocabulary: at most N tokens per side, the 4 specials included, most frequent first (default: no cap; a "
+        "WMT-sized corpus wants one, e.g. 32000)",
+    )
+    case = own.add_mutually_exclusive_group()
+    case.add_argument("--lowercase", dest="lowercase", action="store_const", const=True, help="lowercase every token (default)")
+    case.add_argument("--keep-case", dest="lowercase", action="store_const", const=False, help="keep the text's case")
 
 
 def _bench(args) -> int:
@@ -316,9 +409,9 @@ def _port_own(args) -> int:
 
 def _add_port(commands) -> None:
     from shared.port.layouts import describe_presets
-    from shared.port.port_files import FORMATS
+    from shared.port.port_files import FORMATS, READ_ONLY
 
-    formats = ", ".join(FORMATS)
+    formats = ", ".join(FORMATS) + f" (read only: {', '.join(READ_ONLY)})"
     port = commands.add_parser(
         "port",
         help="port trained weights between torch and Keras files, verified component by component",
@@ -328,7 +421,9 @@ def _add_port(commands) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     port.add_argument(
-        "source", help="a .pt, .safetensors, .weights.h5, .keras file, a TF checkpoint; or parts PART=PATH,PART=PATH"
+        "source",
+        help="a .pt, .safetensors, .weights.h5, .keras file, a TF checkpoint, a SavedModel folder (read only); "
+        "or parts PART=PATH,PART=PATH",
     )
     port.add_argument("destination", help="the file to write (its name gives the format, else --to)")
     port.add_argument("--model", help="catalogue name (rosetta models); a preset names its own")

@@ -9,6 +9,7 @@ format (`.weights.h5`).
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
@@ -143,6 +144,27 @@ def load_rng_state(model, state: Mapping) -> None:
 
 def _seed_states(model) -> list:
     return [variable for variable in model.variables if variable.path.endswith("seed_generator_state")]
+
+
+def ranks() -> tuple[int, int]:
+    """(0, 1): Keras trains data-parallel in one process over several devices, not as torchrun's ranks."""
+    if int(os.environ.get("WORLD_SIZE", 1)) > 1:
+        raise ValueError("Keras trains data-parallel in one process over its devices, not under torchrun: "
+                         "rosetta train --stack tf --devices N")  # fmt: skip
+    return 0, 1
+
+
+def gather_ranks(value) -> list:
+    """`[value]`: one process."""
+    return [value]
+
+
+def wait_for_ranks() -> None:
+    """Nothing to wait for: one process."""
+
+
+def leave_ranks() -> None:
+    """Nothing to leave: one process."""
 
 
 def backend() -> str:

@@ -20,6 +20,7 @@ from shared.core.optimizer_state import MOMENTS, check_optimizer_state
 from shared.core.validation import prepare
 from shared.io.atomic import write_atomic
 from shared.specs import TrainSpec
+from torch_impl import distributed
 from torch_impl.contract import as_tensors, model_outputs, training_loss
 from torch_impl.weights import get_weights
 
@@ -63,11 +64,16 @@ class Trainer:
         model, name: a model from `torch_impl.build` and its catalogue name.
         loss: replaces the spec's loss `(spec, outputs, tensors) -> scalar` (tests pass naive ones).
         mode: one of MODES.
+        naive_shards: data-parallel only, the negative control of tests: each rank's mean weighs alike (a mean of
+            the ranks' means), not by its share of the global batch's targets.
     Attributes:
         grad_norms: the global gradient norm of every step, before clipping.
+        rank, ranks: this process's place under torchrun (torch_impl.distributed); (0, 1) alone. With more ranks
+            each `step` takes the global batch and trains on this rank's rows through DistributedDataParallel.
     """
 
-    def __init__(self, model: torch.nn.Module, name: str, spec: TrainSpec, loss=None, mode: str = "eager"):
+    def __init__(self, model: torch.nn.Module, name: str, spec: TrainSpec, loss=None, mode: str = "eager",
+                 naive_shards: bool = False):  # fmt: skip
         _check_torch_rule(spec)
         if mode not in MODES:
             raise ValueError(f"torch trains in mode {' or '.join(MODES)}, got {mode!r}")
@@ -81,11 +87,21 @@ class Trainer:
         self._update = self._update_step
         device = self.variables[0].device.type
         self._forward = compiled(self._forward_loss, device) if mode == "compile" else self._forward_loss
+        self.rank, self.ranks = distributed.world()
+        self.naive_shards = naive_shards
+        if self.ranks > 1:
+            self._forward = distributed.data_parallel(model, self._forward)
 
     def step(self, batch: Mapping, teacher_forcing=None) -> float:
         """One update on `batch` (checked as `run` checks it) with the step's teacher-forcing schedule."""
-        _, arrays, schedule = self._prepare(batch, teacher_forcing)
-        loss, norm = self._update(as_tensors(self.model, arrays), schedule)
+        spec, arrays, schedule = self._prepare(batch, teacher_forcing)
+        if self.ranks == 1:
+            loss, norm = self._update(as_tensors(self.model, arrays), schedule)
+        else:  # this rank's rows, its mean weighted by its share of the global batch's targets
+            part = distributed.shard(arrays, self.rank, self.ranks)
+            share = 1.0 / self.ranks if self.naive_shards else distributed.token_share(part, arrays, spec.pad_id)
+            loss, norm = self._update(as_tensors(self.model, part), schedule, share)
+            loss = distributed.all_sum(loss * share)  # the global batch's mean
         self.grad_norms.append(float(norm))
         return float(loss)
 
@@ -99,12 +115,13 @@ class Trainer:
     def _prepare(self, batch: Mapping, schedule) -> tuple:
         return prepare(self.name, self.model.rosetta_config, batch, schedule, with_targets=True)
 
-    def _update_step(self, tensors: dict, forced):
-        """Forward in train mode (dropout on), backward, clip by the global norm, Adam step."""
+    def _update_step(self, tensors: dict, forced, share: float = 1.0):
+        """Forward in train mode (dropout on), backward, clip by the global norm, Adam step. `share`: this rank's
+        share of the global batch's targets (DDP averages the ranks' gradients: each is weighted by share x ranks)."""
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         loss = self._forward(tensors, forced)
-        loss.backward()
+        (loss if self.ranks == 1 else loss * (share * self.ranks)).backward()
         max_norm = float("inf") if self.spec.clip_norm is None else self.spec.clip_norm  # inf: the norm, no scaling
         norm = torch.nn.utils.clip_grad_norm_(self.variables, max_norm)
         self.optimizer.step()
@@ -153,6 +170,28 @@ def load_rng_state(model: torch.nn.Module, state: Mapping) -> None:
         index = int(name.split(":")[1])
         if index < torch.cuda.device_count():
             torch.cuda.set_rng_state(tensor, index)
+
+
+def ranks() -> tuple[int, int]:
+    """(rank, number of ranks): this process's place among torchrun's (torch_impl.distributed), its process group
+    joined; (0, 1) in a single process."""
+    distributed.start()
+    return distributed.world()
+
+
+def gather_ranks(value) -> list:
+    """Every rank's `value`, in rank order (`[value]` alone)."""
+    return distributed.gather(value)
+
+
+def wait_for_ranks() -> None:
+    """Until every rank gets here (nothing alone)."""
+    distributed.barrier()
+
+
+def leave_ranks() -> None:
+    """Leave torchrun's process group (nothing alone)."""
+    distributed.stop()
 
 
 def backend() -> str:

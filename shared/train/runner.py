@@ -8,10 +8,12 @@ submodule holds the `Trainer`; this module imports no framework.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import itertools
 import json
 import math
+import os
 import sys
 import time
 from collections.abc import Iterator
@@ -39,11 +41,15 @@ def train(run_dir, stack_name: str, force: bool = False, progress: bool = True, 
     `resume`: continue from the stack's last checkpoint (weights, Adam's state, the dropout generators, the
     step in its epoch: the curve goes on as if never stopped); a finished stack returns its metrics, one
     without a checkpoint starts from the beginning.
+    Under torchrun (torch_impl.distributed) every rank runs this; rank 0 alone writes files and evaluates at the
+    end, the others return `{"rank": r}`.
     """
     run_dir, run = Path(run_dir), runs.load_run(run_dir)
     stack, corpus = stacks.import_stack(stack_name), runs.load_corpus(run_dir)
-    out = run_dir / stack_name
-    if resume and not (out / runs.CHECKPOINT).is_file():
+    train_module = importlib.import_module(f"{stack.__name__}.train")
+    rank, ranks = train_module.ranks()
+    out, writes = run_dir / stack_name, rank == 0
+    if resume and not (out / runs.CHECKPOINT).is_file() and writes:
         print(f"{out}: no checkpoint to resume from yet; {stack_name} trains from step 0", file=sys.stderr)
     resume = resume and (out / runs.CHECKPOINT).is_file()
     if resume and (out / runs.EVAL_FILE).is_file():
@@ -52,23 +58,32 @@ def train(run_dir, stack_name: str, force: bool = False, progress: bool = True, 
         raise runs.RunError(
             f"{out} already holds a checkpoint; pass --resume to continue it, --force to train again from the start"
         )
-    out.mkdir(parents=True, exist_ok=True)
-    atomic.sweep_stale(out)
-    train_module = importlib.import_module(f"{stack.__name__}.train")
+    if writes:
+        out.mkdir(parents=True, exist_ok=True)
+        atomic.sweep_stale(out)
     train_module.set_seed(run.seed)  # a run is repeatable: initial weights (first stack) and dropout masks
     model = stack.build(run.model, run.dtype, **run.config)
-    _start_from_initial_weights(run_dir, stack, model, run)
+    _start_from_initial_weights(run_dir, stack, model, run, writes)
+    train_module.wait_for_ranks()  # rank 0 has written initial.safetensors where it was missing
+    if not writes:
+        _start_from_initial_weights(run_dir, stack, model, run, writes)
+        train_module.set_seed(int(np.random.default_rng([run.seed, rank]).integers(2**31)))  # each rank its own dropout
     model, device = train_module.place(model)
     trainer = train_module.Trainer(model, run.model, run.spec)
-    start = _resume(stack, train_module, trainer, out) if resume else _Start()
-    if not resume:
+    start = _resume(stack, train_module, trainer, out, rank, writes) if resume else _Start()
+    if not resume and writes:
         for stale in (runs.LOSS_LOG, runs.EVAL_LOG, runs.EVAL_FILE, runs.ATTENTION_FILE):
             (out / stale).unlink(missing_ok=True)
-    steps = _loop(run, stack, model, trainer, corpus, out, progress, start)
+    train_module.wait_for_ranks()  # the logs as rank 0 left them: every rank reads the validation records so far
+    steps = _loop(run, stack, model, trainer, corpus, out, progress and writes, start, writes)
+    if not writes:
+        return {"rank": rank}
     result = evaluate(stack, model, run, corpus, runs.final_split(corpus), limit=run.test_batches)
     # every step in the loss log: a resumed run's earlier segments count, a step redone after a kill once
     seconds = sum(record["seconds"] for record in runs.read_json_lines(out / runs.LOSS_LOG))
     result.update(stack=stack_name, backend=train_module.backend(), device=device, steps=steps, train_seconds=seconds)
+    if ranks > 1:
+        result["ranks"] = ranks
     if attention_samples.has_decoder_attention(run.model):  # before eval.json, which marks the stack finished
         attention_samples.write_record(run_dir, stack_name, out / runs.ATTENTION_FILE, with_stacks=[stack_name])
     write_atomic(out / runs.EVAL_FILE, (json.dumps(result, indent=2) + "\n").encode())
@@ -83,19 +98,24 @@ class _Start:
     epoch: int = 0
 
 
-def _resume(stack, train_module, trainer, out: Path) -> _Start:
-    """Load the stack's last checkpoint into `trainer` (weights, Adam's state, the dropout generators) and cut the
-    logs back to it (a run killed while checkpointing may have logged further); where to start."""
+def _resume(stack, train_module, trainer, out: Path, rank: int = 0, writes: bool = True) -> _Start:
+    """Load the stack's last checkpoint into `trainer` (weights, Adam's state, the dropout generators: this rank's,
+    where the checkpoint has one for it) and cut the logs back to it (a run killed while checkpointing may have
+    logged further); where to start."""
     tensors, metadata = safetensors_io.load(out / runs.CHECKPOINT)
     state = optimizer_state.optimizer_from_tensors(tensors, metadata)
     if state is None or "rng" not in metadata:
         raise ValueError(f"{out / runs.CHECKPOINT} holds no optimizer or generator state to resume from; train with --force")
     stack.set_weights(trainer.model, optimizer_state.weights_without_optimizer(tensors))
     trainer.load_optimizer_state(state)
-    train_module.load_rng_state(trainer.model, json.loads(metadata["rng"]))
+    generators = json.loads(metadata["rng"])
+    generators = generators if isinstance(generators, list) else [generators]  # one per rank (a single process: one)
+    if rank < len(generators):  # a rank the earlier run did not have keeps its fresh seed
+        train_module.load_rng_state(trainer.model, generators[rank])
     step, epoch = int(metadata["step"]), int(metadata["epoch"])
-    _keep_json_lines(out / runs.LOSS_LOG, lambda record: record["step"] <= step)
-    _keep_json_lines(out / runs.EVAL_LOG, lambda record: record["epoch"] < epoch)
+    if writes:
+        _keep_json_lines(out / runs.LOSS_LOG, lambda record: record["step"] <= step)
+        _keep_json_lines(out / runs.EVAL_LOG, lambda record: record["epoch"] < epoch)
     return _Start(step, epoch)
 
 
@@ -105,13 +125,14 @@ def _keep_json_lines(path: Path, keep) -> None:
         write_atomic(path, "".join(json.dumps(record) + "\n" for record in records if keep(record)).encode())
 
 
-def _start_from_initial_weights(run_dir: Path, stack, model, run: RunConfig) -> None:
-    """Both stacks start from `initial.safetensors`; the first stack to train writes it from its own init."""
+def _start_from_initial_weights(run_dir: Path, stack, model, run: RunConfig, writes: bool = True) -> None:
+    """Both stacks start from `initial.safetensors`; the first stack to train writes it from its own init (its rank
+    0; the other ranks load it after)."""
     path = run_dir / runs.INITIAL_FILE
     if path.is_file():
         weights, _ = safetensors_io.load(path)
         stack.set_weights(model, weights)
-    else:
+    elif writes:
         safetensors_io.save(path, stack.get_weights(model), {"model": run.model, "written_by": stack.__name__})
 
 
@@ -146,13 +167,16 @@ class _Progress:
             self.bar.close()
 
 
-def _loop(run: RunConfig, stack, model, trainer, corpus: corpora.Corpus, out: Path, progress: bool, start: _Start) -> int:
+def _loop(run: RunConfig, stack, model, trainer, corpus: corpora.Corpus, out: Path, progress: bool, start: _Start,
+          writes: bool = True) -> int:  # fmt: skip
     """Epochs of shuffled, bucketed batches, each handed to the stack's `Trainer.train_epoch` (Keras's: `fit`);
     checkpoints every `checkpoint_every` steps and after each epoch. Begins at `start` (the batches of its epoch
     before its step skipped). Returns the number of steps taken."""
     steps_per_epoch = run.steps_per_epoch or _batches_per_pass(run, corpus)
     total = steps_per_epoch * run.epochs if run.max_steps is None else min(run.max_steps, steps_per_epoch * run.epochs)
-    steps = _Steps(run, stack, trainer, corpus, out, total, _Progress(total, progress, f"{run.model} [{stack.__name__}]"))
+    bar = _Progress(total, progress, f"{run.model} [{stack.__name__}]")
+    steps = _Steps(run, stack, trainer, corpus, out, total, bar, writes)
+    evals = [record for record in runs.read_json_lines(out / runs.EVAL_LOG) if record["epoch"] < start.epoch]
     steps.step = steps.saved = start.step
     steps.bar.advance(start.step)
     try:
@@ -163,10 +187,14 @@ def _loop(run: RunConfig, stack, model, trainer, corpus: corpora.Corpus, out: Pa
             if done_in_epoch < steps_per_epoch and steps.step < total:
                 remaining = itertools.islice(batches, done_in_epoch, done_in_epoch + total - steps.step)
                 trainer.train_epoch(steps.inputs(remaining), steps.after_step)
-                steps.saved = _checkpoint(stack, trainer, run, corpus, out, steps.step, epoch, steps.log)
-            metrics_of_epoch = evaluate(stack, model, run, corpus, "val", limit=run.eval_batches)
-            _append_json_lines(out / runs.EVAL_LOG, [{"epoch": epoch, "step": steps.step, **metrics_of_epoch}])
-            if steps.step == total or stops_early(runs.read_json_lines(out / runs.EVAL_LOG), run.patience):
+                steps.saved = _checkpoint(stack, trainer, run, corpus, out, steps.step, epoch, steps.log, writes)
+            # every rank evaluates (the same weights): each decides the early stop alike, rank 0 writes it down
+            evals.append(
+                {"epoch": epoch, "step": steps.step, **evaluate(stack, model, run, corpus, "val", limit=run.eval_batches)}
+            )
+            if writes:
+                _append_json_lines(out / runs.EVAL_LOG, evals[-1:])
+            if steps.step == total or stops_early(evals, run.patience):
                 break
     finally:
         steps.bar.close()
@@ -205,9 +233,10 @@ class _Steps:
     """The run's steps as a Trainer takes them: each batch padded, with its teacher-forcing schedule; after each
     update, the log record, the divergence check, the progress bar and every `checkpoint_every` a checkpoint."""
 
-    def __init__(self, run: RunConfig, stack, trainer, corpus: corpora.Corpus, out: Path, total: int, bar: _Progress):
+    def __init__(self, run: RunConfig, stack, trainer, corpus: corpora.Corpus, out: Path, total: int, bar: _Progress,
+                 writes: bool = True):  # fmt: skip
         self.run, self.stack, self.trainer, self.corpus, self.out = run, stack, trainer, corpus, out
-        self.total, self.bar = total, bar
+        self.total, self.bar, self.writes = total, bar, writes
         self.step, self.saved, self.epoch, self.log, self.clock = 0, 0, 0, [], time.perf_counter()
 
     def start_epoch(self, epoch: int) -> None:
@@ -227,7 +256,8 @@ class _Steps:
         self.log.append({"step": self.step, "epoch": self.epoch, "loss": loss, "grad_norm": norm, "seconds": now - self.clock})
         self.bar.update(self.step, loss)
         if self.step % self.run.checkpoint_every == 0:
-            self.saved = _checkpoint(self.stack, self.trainer, self.run, self.corpus, self.out, self.step, self.epoch, self.log)
+            self.saved = _checkpoint(self.stack, self.trainer, self.run, self.corpus, self.out, self.step, self.epoch, self.log,
+                                     self.writes)  # fmt: skip
         self.clock = time.perf_counter()
         return self.step < self.total
 
@@ -269,13 +299,20 @@ def _append_json_lines(path: Path, records: list[dict]) -> None:
     write_atomic(path, before + "".join(json.dumps(record) + "\n" for record in records).encode())
 
 
-def _checkpoint(stack, trainer, run: RunConfig, corpus: corpora.Corpus, out: Path, step: int, epoch: int, log: list) -> int:
+def _checkpoint(stack, trainer, run: RunConfig, corpus: corpora.Corpus, out: Path, step: int, epoch: int, log: list,
+                writes: bool = True) -> int:  # fmt: skip
     """Write the loss log, then the stack's own file, then the canonical checkpoint (each atomically); both
-    checkpoints hold Adam's state (`rosetta port --with-optimizer` reads it)."""
+    checkpoints hold Adam's state (`rosetta port --with-optimizer` reads it) and every rank's dropout generators
+    (gathered from all ranks; rank 0 alone writes)."""
+    train_module = importlib.import_module(f"{stack.__name__}.train")
+    generators = train_module.gather_ranks(train_module.rng_state(trainer.model))  # every rank takes part
+    if not writes:
+        log.clear()
+        return step
     if log:
         _append_json_lines(out / runs.LOSS_LOG, log)
         log.clear()
-    train_module, state = importlib.import_module(f"{stack.__name__}.train"), trainer.optimizer_state()  # once for both
+    state = trainer.optimizer_state()  # once for both files
     weights = stack.get_weights(trainer.model)
     needed = 2 * 3 * sum(array.nbytes for array in weights.values())  # two files, each the weights and two moments
     atomic.check_free_space(out, needed, "the checkpoint")
@@ -289,7 +326,8 @@ def _checkpoint(stack, trainer, run: RunConfig, corpus: corpora.Corpus, out: Pat
         "src_vocab": corpus.src_vocab.fingerprint,
         "tgt_vocab": corpus.tgt_vocab.fingerprint,
         "config": json.dumps(run.config, sort_keys=True),
-        "rng": json.dumps(train_module.rng_state(trainer.model)),  # the dropout generators: a resumed run goes on alike
+        # the dropout generators (one process: its own; ranks: a list by rank): a resumed run goes on alike
+        "rng": json.dumps(generators[0] if len(generators) == 1 else generators),
     }
     safetensors_io.save(out / runs.CHECKPOINT, {**weights, **moments}, {**metadata, **optimizer_metadata})
     return step
@@ -297,7 +335,7 @@ def _checkpoint(stack, trainer, run: RunConfig, corpus: corpora.Corpus, out: Pat
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m shared.train.runner RUN_DIR STACK [--force | --resume] [--quiet]`: one stack of `rosetta train`, in its own
-    process."""
+    process; under torchrun, one rank of it (`torchrun --nproc-per-node N -m shared.train.runner RUN_DIR torch`)."""
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m shared.train.runner", description=main.__doc__)
@@ -311,9 +349,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--force starts again, --resume continues: pass one")
 
     def command() -> int:
-        with runs.run_folder(args.run_dir):  # entered freely by the child of a `rosetta train` holding it
+        # entered freely by the child of a `rosetta train` holding it; under torchrun rank 0 holds it for all ranks
+        held = runs.run_folder(args.run_dir) if int(os.environ.get("RANK", 0)) == 0 else contextlib.nullcontext()
+        with held:
             result = train(args.run_dir, args.stack, force=args.force, progress=not args.quiet, resume=args.resume)
-        print(json.dumps(result))
+        stacks.import_module(args.stack, "train").leave_ranks()
+        if "rank" not in result:
+            print(json.dumps(result))
         return 0
 
     return failures.guarded(command, f"rosetta train ({args.stack})")

@@ -15,13 +15,14 @@ ROOT = Path(__file__).resolve().parents[2]
 # in Keras), which mirror nothing
 # torch_impl/keras_layers.py: Keras's Attention and AdditiveAttention in PyTorch (Keras has them)
 STACK_SPECIFIC = ("tf_impl/keras_compat/", "tf_impl/checkpoints.py", "tf_impl/object_graph.py", "tf_impl/fitting.py",
-                  "torch_impl/references.py", "tf_impl/references.py", "torch_impl/keras_layers.py")  # fmt: skip
+                  "torch_impl/references.py", "tf_impl/references.py", "torch_impl/keras_layers.py",
+                  "torch_impl/distributed.py")  # fmt: skip  # ranks under torchrun; Keras's devices: keras_compat
 FRAMEWORK_METHODS = {"forward": "call"}  # the call method is the only name the frameworks decide
 # torch's training step is its own loop (forward, clipping, Adam); Keras's is Keras's own (`fit`'s step), on the model
 # compiled with TorchAdam: `keras_model`
 ONE_STACK_MEMBERS = {
     ("train.py", "Trainer"): {"method _forward_loss", "method _update_step", "self._forward", "self._update",
-                              "self.keras_model"},
+                              "self.keras_model", "self.naive_shards"},  # torchrun's ranks: torch's data parallelism
 }  # fmt: skip
 # the Keras walk over attribute paths; on the torch side state_dict() is that walk
 ONE_STACK_FUNCTIONS = {

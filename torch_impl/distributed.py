@@ -1,0 +1,102 @@
+"""Data-parallel training on PyTorch's own engine: `torch.distributed` and `DistributedDataParallel`, one process per
+device, launched by `torchrun` (`rosetta train --nproc-per-node N`, or for several machines the documented
+`torchrun --nnodes ...` line); gloo on CPUs, NCCL on GPUs.
+
+Every rank reads the same global batches and keeps its rows (`shard`), so N ranks see exactly what one process
+sees: the loss is the mean over the GLOBAL batch's non-pad targets, each rank weighting its own mean by its share
+of them (`token_share`; a plain mean of the ranks' means is another objective when their shares differ), DDP
+averages the gradients, and the clipping then sees the global gradient and its norm. Rank 0 alone writes files.
+A single process (no `WORLD_SIZE` above 1) is today's training, unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+ROWS = ("src", "src_len", "tgt_in", "tgt_out")  # the batch arrays split by row
+
+
+def world() -> tuple[int, int]:
+    """(rank, number of ranks) from torchrun's environment; (0, 1) in a single process."""
+    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+
+
+def start() -> str | None:
+    """Join torchrun's process group (NCCL where this rank has a GPU, else gloo); None in a single process."""
+    rank, size = world()
+    if size == 1:
+        return None
+    if not dist.is_initialized():
+        on_gpu = torch.cuda.is_available()
+        if on_gpu:
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+        dist.init_process_group(backend="nccl" if on_gpu else "gloo")
+    return dist.get_backend()
+
+
+def stop() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def barrier() -> None:
+    if dist.is_initialized():
+        dist.barrier()
+
+
+def gather(value) -> list:
+    """Every rank's `value` (a picklable object), in rank order; `[value]` in a single process."""
+    if not dist.is_initialized():
+        return [value]
+    values = [None] * dist.get_world_size()
+    dist.all_gather_object(values, value)
+    return values
+
+
+def shard(arrays: dict, rank: int, size: int) -> dict:
+    """Rank `rank`'s rows of a global batch (contiguous, as even as possible); a batch with fewer rows than ranks
+    is refused."""
+    rows = len(arrays["tgt_in"])
+    if rows < size:
+        raise ValueError(f"a batch of {rows} rows cannot be split over {size} ranks: use a batch of at least {size}")
+    kept = np.array_split(np.arange(rows), size)[rank]
+    return {key: (value[kept] if key in ROWS else value) for key, value in arrays.items()}
+
+
+def token_share(part: dict, whole: dict, pad_id: int) -> float:
+    """The share of the global batch's non-pad targets that `part` holds."""
+    return float((part["tgt_out"] != pad_id).sum()) / float((whole["tgt_out"] != pad_id).sum())
+
+
+def all_sum(value: torch.Tensor) -> torch.Tensor:
+    """The sum of `value` over the ranks (every rank gets it)."""
+    if dist.is_initialized():
+        value = value.clone()
+        dist.all_reduce(value)
+    return value
+
+
+class LossModule(torch.nn.Module):
+    """What DDP wraps: the model (its parameters) and the forward that computes the loss, so DDP's hooks average
+    the gradients of the backward after it."""
+
+    def __init__(self, model: torch.nn.Module, forward_loss):
+        super().__init__()
+        self.model = model
+        self.forward_loss = forward_loss
+
+    def forward(self, tensors: dict, forced):
+        return self.forward_loss(tensors, forced)
+
+
+def data_parallel(model: torch.nn.Module, forward_loss):
+    """`forward_loss(tensors, forced)` through `DistributedDataParallel` over `model`'s parameters (broadcast from
+    rank 0 as DDP starts: every rank begins from rank 0's weights)."""
+    device = next(model.parameters()).device
+    return torch.nn.parallel.DistributedDataParallel(
+        LossModule(model, forward_loss), device_ids=[device.index] if device.type == "cuda" else None
+    )
