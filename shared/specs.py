@@ -63,7 +63,7 @@ class RunConfig:
     Args:
         config: the model's constructor config (vocabulary sizes from the corpus, then overrides).
         max_steps: stop after this many steps even if epochs remain (None: every epoch).
-        eval_batches: batches of the validation after each epoch (None: the whole split).
+        eval_batches: batches of the validation after each epoch, a seeded random draw (None: the whole split).
         test_batches: batches of the final evaluation (None: the whole split; a check run that only
             compares loss curves sets 1).
         length_multiple: pad every batch's S and T up to a multiple (pads are masked and ignored by the

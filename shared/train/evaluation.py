@@ -13,20 +13,24 @@ import numpy as np
 
 from shared import catalogue, documents
 from shared.core import teacher_forcing as schedules
-from shared.data import corpora, readers
+from shared.data import corpora, parallel, readers
 from shared.specs import RunConfig
 from shared.train import metrics, runs
 
 
-def evaluate(stack, model, run: RunConfig, corpus: corpora.Corpus, split: str, limit: int | None = None) -> dict:
-    """Metrics of one split (its first `limit` batches), in data order and eval mode (dropout off).
+def evaluate(stack, model, run: RunConfig, corpus: corpora.Corpus, split: str, limit: int | None = None,
+             sampled: bool = False) -> dict:  # fmt: skip
+    """Metrics of one split (its first `limit` batches), in data order and eval mode (dropout off); `sampled`: `limit`
+    batches of a seeded shuffle instead (one draw per run: a split in length order, spa-eng's, would otherwise give
+    its shortest sentences; Keras's `validation_steps` on a shuffled `val_ds` sees random ones).
 
     loss, perplexity, token_accuracy: teacher-forced, mean over non-pad targets. sequence_accuracy:
     greedy decoding, every target token right. bleu (real data): greedy translations against the
     untokenized-to-<unk> references. document_loss / document_perplexity: the loss as the model's
     document computed the figure it reports (shared.documents), where it reports one.
     """
-    batches = corpus.batches(split, run.batch_size)[:limit]
+    order = np.random.default_rng([run.seed, 4]) if sampled and limit is not None else None
+    batches = corpus.batches(split, run.batch_size, rng=order)[:limit]
     reported = documents.get(catalogue.get(run.model).document).reported
     protocol = reported.protocol if reported else None
     totals = dict.fromkeys(("nll", "tokens", "correct", "doc_nll", "doc_tokens"), 0.0)
@@ -105,7 +109,8 @@ def rerun_greedy(stack, model, name: str, src: np.ndarray, steps: int, sos_id: i
 def encode_sentence(corpus: corpora.Corpus, sentence: str) -> tuple[np.ndarray, list[str]]:
     """Source ids `[1, S]` and their tokens, tokenized as the corpus was: spaCy (Multi30k, with `<sos>`
     and `<eos>`), the tutorial's preprocessing (spa-eng), the 2022 tutorial's `tf_lower_and_split_punct` and
-    whitespace split (spa-eng 2022: unknown words become `[UNK]`), or space-separated tokens (the reverse task)."""
+    whitespace split (spa-eng 2022: unknown words become `[UNK]`), an own corpus's tokenizer (shared.data.parallel),
+    or space-separated tokens (the reverse task)."""
     if not sentence.strip():
         raise ValueError("the sentence to translate is empty")
     if corpus.name == "multi30k":
@@ -114,6 +119,8 @@ def encode_sentence(corpus: corpora.Corpus, sentence: str) -> tuple[np.ndarray, 
         tokens = readers.preprocess_sentence(sentence).split()
     elif corpus.name == "spa_eng_2022":
         tokens = readers.standardize_2022(sentence).split()
+    elif corpus.name == corpora.OWN_CORPUS:
+        tokens = parallel.source_tokens(corpus, sentence)
     else:
         tokens = sentence.split()
     try:

@@ -189,9 +189,8 @@ def _loop(run: RunConfig, stack, model, trainer, corpus: corpora.Corpus, out: Pa
                 trainer.train_epoch(steps.inputs(remaining), steps.after_step)
                 steps.saved = _checkpoint(stack, trainer, run, corpus, out, steps.step, epoch, steps.log, writes)
             # every rank evaluates (the same weights): each decides the early stop alike, rank 0 writes it down
-            evals.append(
-                {"epoch": epoch, "step": steps.step, **evaluate(stack, model, run, corpus, "val", limit=run.eval_batches)}
-            )
+            metrics_of_epoch = evaluate(stack, model, run, corpus, "val", limit=run.eval_batches, sampled=True)
+            evals.append({"epoch": epoch, "step": steps.step, **metrics_of_epoch})
             if writes:
                 _append_json_lines(out / runs.EVAL_LOG, evals[-1:])
             if steps.step == total or stops_early(evals, run.patience):
