@@ -8,6 +8,8 @@
 - "spa_eng_2022" (the 2022 rewrite of that tutorial): all 118,964 pairs, Spanish -> English, split 80/20 at
   random, `tf_lower_and_split_punct` (`readers.standardize_2022`) and TextVectorization vocabularies adapted
   on the train split (max_tokens 5000, `''` and `[UNK]` first, so val has unknown words); no tensorflow-text.
+- "corpus": your own parallel text (`rosetta train MODEL --corpus DIR --langs SRC,TGT`, shared.data.parallel):
+  train/valid/test files per language, plain or .gz, read once, streaming; the specials laid out for the model.
 
 The data sets are read from a folder the user names (`--data-dir` or ROSETTA_DATA_DIR); nothing is ever
 downloaded. A `Corpus` holds token ids per split and both vocabularies; `Corpus.save` / `Corpus.load`
@@ -20,7 +22,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from shared.data.corpora import CORPUS_FILE, DATASETS, Corpus
+from shared.data import parallel
+from shared.data.corpora import CORPUS_FILE, DATASETS, OWN_CORPUS, Corpus
 from shared.data.readers import read_multi30k, read_spa_eng, read_spa_eng_2022, reverse_corpus
 
 ENV_VAR = "ROSETTA_DATA_DIR"
@@ -33,6 +36,8 @@ OPTIONS = {
     "spa_eng": {"num_examples": 30_000, "val_fraction": 0.2, "seed": 0},
     # the 2022 tutorial: all lines, np.random.uniform(size=N) < 0.8, unseeded; TextVectorization(max_tokens=5000)
     "spa_eng_2022": {"max_vocab_size": 5000, "val_fraction": 0.2, "seed": 0},
+    # a folder of your own (shared.data.parallel): path, langs and the model's specials (parallel.layout) are needed
+    OWN_CORPUS: parallel.OPTIONS,
 }
 
 
@@ -56,23 +61,32 @@ def resolve_data_dir(cli_value: str | os.PathLike | None) -> Path:
 
 
 def load_corpus(
-    dataset: str, data_dir: str | os.PathLike | None = None, cache_dir: str | os.PathLike | None = None, **options
+    dataset: str,
+    data_dir: str | os.PathLike | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    *,
+    progress: bool = False,
+    **options,
 ) -> Corpus:
     """The corpus of `dataset` (one of DATASETS) with `options` (see OPTIONS for names and defaults).
 
     `data_dir` goes through `resolve_data_dir` (--data-dir, else $ROSETTA_DATA_DIR); the reverse task
-    needs none. With `cache_dir`, a corpus saved there is loaded (its dataset and options must match) or
-    the new one is saved there, so a later run needs neither the data files nor spaCy.
+    and an own corpus (`OWN_CORPUS`: its folder is the option `path`) need none. With `cache_dir`, a corpus
+    saved there is loaded (its dataset and options must match; an own corpus's files must not have changed) or
+    the new one is saved there, so a later run needs neither the data files nor spaCy. `progress`: an own
+    corpus's progress bar and summary on stderr.
     """
     if dataset not in DATASETS:
         raise ValueError(f"unknown dataset {dataset!r}; known: {', '.join(DATASETS)}")
     unknown = sorted(set(options) - set(OPTIONS[dataset]))
     if unknown:
         raise ValueError(f"dataset {dataset!r} takes no option {', '.join(unknown)}; it takes: {', '.join(OPTIONS[dataset])}")
-    options = {**OPTIONS[dataset], **options}
+    options = parallel.normalize(options) if dataset == OWN_CORPUS else {**OPTIONS[dataset], **options}
     if cache_dir is not None and (Path(cache_dir) / CORPUS_FILE).is_file():
         corpus = Corpus.load(cache_dir)
-        if (corpus.name, corpus.options) != (dataset, options):
+        if dataset == OWN_CORPUS:
+            parallel.check_saved(corpus, options, cache_dir)
+        elif (corpus.name, corpus.options) != (dataset, options):
             raise ValueError(
                 f"the corpus saved in {cache_dir} is {corpus.name} with {corpus.options}, not {dataset} with {options}; "
                 "use another cache folder or delete it"
@@ -84,6 +98,8 @@ def load_corpus(
         corpus = read_multi30k(resolve_data_dir(data_dir), **options)
     elif dataset == "spa_eng":
         corpus = read_spa_eng(resolve_data_dir(data_dir), **options)
+    elif dataset == OWN_CORPUS:
+        corpus = parallel.read_corpus(progress=progress, **options)
     else:
         corpus = read_spa_eng_2022(resolve_data_dir(data_dir), **options)
     if cache_dir is not None:

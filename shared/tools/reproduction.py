@@ -133,6 +133,8 @@ def document_figures(model: str, document: str, dataset: str) -> str:
     """The figures `model`'s document reports (shared.documents), as a table cell."""
     if dataset == "reverse":
         return "no figure (target: sequence accuracy >= 99%)"
+    if dataset == "corpus":  # an own corpus (rosetta train --corpus): the document measured other data
+        return "- (own corpus)"
     reported = documents.get(document).reported
     if reported is None:
         return "-"

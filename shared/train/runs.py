@@ -23,7 +23,7 @@ from pathlib import Path
 
 from shared import catalogue, data, documents, stacks
 from shared.core import optimizer_state
-from shared.data import corpora
+from shared.data import corpora, parallel
 from shared.io import locks, safetensors_io
 from shared.io.atomic import write_atomic
 from shared.specs import RunConfig
@@ -91,15 +91,20 @@ def document_defaults(model: str) -> dict:
 
 
 def create_run(run_dir, model: str, data_dir=None, overrides: dict | None = None, corpus_options: dict | None = None,
-               **settings) -> RunConfig:  # fmt: skip
+               dataset: str | None = None, progress: bool = False, **settings) -> RunConfig:  # fmt: skip
     """Prepare `run_dir` for training `model`: the corpus (read once, saved with the run) and run.json.
 
-    An existing run.json must describe the same run (then this returns it): a folder never holds two runs.
+    `dataset`: the model's own (None), or `corpora.OWN_CORPUS` with `corpus_options` naming the folder and languages
+    (`path`, `langs`; shared.data.parallel), laid out with the model's special tokens. `progress`: an own corpus's
+    progress bar. An existing run.json must describe the same run (then this returns it): a folder never holds two runs.
     """
-    run_dir, dataset, defaults = Path(run_dir), documents.dataset_for_model(model), document_defaults(model)
+    run_dir, defaults = Path(run_dir), document_defaults(model)
+    dataset = dataset or documents.dataset_for_model(model)
+    if dataset == corpora.OWN_CORPUS:  # the specials of this model's catalogue entry (a model of no real data: refused)
+        corpus_options = {**(corpus_options or {}), **parallel.layout(model)}
     cache = run_dir / CORPUS_DIR
     saved = (cache / corpora.CORPUS_FILE).is_file()
-    corpus = data.load_corpus(dataset, data_dir, cache_dir=cache if saved else None, **(corpus_options or {}))
+    corpus = data.load_corpus(dataset, data_dir, cache_dir=cache if saved else None, progress=progress, **(corpus_options or {}))
     sizes = {**corpus.vocab_overrides(model), **(overrides or {})}
     config = catalogue.resolve_config(catalogue.get(model), settings.get("dtype", "float32"), sizes)
     run = RunConfig(model=model, dataset=dataset, config=config, corpus_options=corpus.options, **{**defaults, **settings})

@@ -18,11 +18,11 @@ from shared.verify import fixtures
 DESIGN_NAMES = [
     "additive_attention", "reverse_rnn", "reverse_bahdanau", "reverse_bahdanau_concat", "reverse_luong_general",
     "reverse_luong_dot", "reverse_luong_concat", "bahdanau_bigru", "luong_dot", "luong_general", "luong_concat",
-    "tf_tutorial",
+    "tf_tutorial", "tf_tutorial_mha",
 ]  # fmt: skip
 
 
-def test_catalogue_holds_the_twelve_models_of_the_design():
+def test_catalogue_holds_the_thirteen_models_of_the_design():
     assert list(catalogue.CATALOGUE) == DESIGN_NAMES
     for spec in catalogue.CATALOGUE.values():
         assert spec.document in documents.DOCUMENTS and spec.doc_class and spec.tolerance.reason
