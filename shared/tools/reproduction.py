@@ -108,8 +108,8 @@ def table(summaries: list[dict]) -> list[str]:
     """Markdown: one row per summary, our figures (and the document's protocol) beside the document's own."""
     lines = [
         "| model | doc | stack | device | ran, final split (sentences) | loss | ppl | as the document measured: loss / ppl "
-        "| BLEU | seq. acc. | document reports |",
-        "|---|---|---|---|---|---:|---:|---:|---:|---:|---|",
+        "| BLEU | masked acc. | seq. acc. | document reports |",
+        "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     for s in summaries:
         final = s["final"] or {}
@@ -124,9 +124,14 @@ def table(summaries: list[dict]) -> list[str]:
         stack = catalogue.stack_label(s["stack"], s.get("backend"))
         cells = [name, s["document"], stack, s["device"], ran, _number(final.get("loss"), 3)]
         cells += [_number(final.get("perplexity")), as_document if document else "-", bleu]
-        cells += [_number(100 * final["sequence_accuracy"], 1) + "%" if final else "-", reported]
+        cells += [_percent(final.get("token_accuracy")), _percent(final.get("sequence_accuracy")), reported]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
+
+
+def _percent(value) -> str:
+    """A fraction as a table cell: `69.1%`; `-` where not measured."""
+    return "-" if value is None else _number(100 * value, 1) + "%"
 
 
 def document_figures(model: str, document: str, dataset: str) -> str:
