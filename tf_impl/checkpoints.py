@@ -33,6 +33,13 @@ shared.verify.training, as tf_impl.train.adam_state does):
 
 Keras 3 `.weights.h5` files (`encoder.save_weights('encoder.weights.h5')`) are read too: a part into its
 sublayer, a whole model as tf_impl.train.load_native does, after the same strict check of their datasets.
+
+SavedModel folders (`tf.saved_model.save(obj, folder)`: `saved_model.pb`, `variables/`) are read through their
+checkpoint `variables/variables`, whose object graph is `obj`'s: the model at the root, or under one name
+(TensorFlow's 2022 NMT tutorial exports `Export(model)`: `model/encoder/...`). What such a file keeps beside
+variables (the tutorial's TextVectorization layers keep lookup tables: `table-keys`, `table-values`) is no
+weight of the model: `read` leaves it, and `left_out` names it for the port's report. A variable that is not the
+model's (a layer beside it) is an unexpected path, refused as in any checkpoint.
 """
 
 from __future__ import annotations

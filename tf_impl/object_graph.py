@@ -106,12 +106,14 @@ class Stored:
         for node_id, path in _paths(self.graph, 0, self.optimizers).items():
             held = [a for a in self.graph.nodes[node_id].attributes if a.name not in (VARIABLE_VALUE, OBJECT_CONFIG)]
             if held and path:
-                found["/".join(path)] = ", ".join(f"{a.name} {self._described(a.checkpoint_key)}" for a in held)
+                found["/".join(path)] = ", ".join(self._described(a.checkpoint_key) or a.name for a in held)
         return found
 
     def _described(self, key: str) -> str:
-        shape, dtype = self.shapes.get(key), self.reader.get_variable_to_dtype_map().get(key)
-        return f"{list(shape) if shape is not None else '?'} {dtype.name if dtype is not None else ''}".strip()
+        """The tensors saved under an attribute's key (a table's `key-keys` and `key-values`), with shapes and dtypes."""
+        dtypes = self.reader.get_variable_to_dtype_map()
+        held = sorted(name for name in self.shapes if name == key or name.startswith(f"{key}-"))
+        return ", ".join(f"{name.rsplit('/', 1)[-1]} {list(self.shapes[name])} {dtypes[name].name}" for name in held)
 
     def key(self, node_id: int) -> str | None:
         """The checkpoint key of a variable node, None for other nodes."""

@@ -249,10 +249,10 @@ def tf_nmt_2021(path) -> NmtParts:
 def tf_nmt_2022(path):
     """The 2022 tutorial's own `Translator` (tf_impl/tutorials/nmt_2022.py) at the sizes the file shows, built by
     one call, holding `path`: a `.weights.h5` file (the tutorial's `model.save_weights`) loaded by its own
-    `load_weights`, or a SavedModel folder (the tutorial's `tf.saved_model.save(export, 'translator')`) restored
-    by TensorFlow's own `tf.train.Checkpoint` from its `variables/variables`, the model at the root or under one
-    name (the export's `model`). Under a float64 dtype policy (shared.port.references) the MultiHeadAttention's
-    scale is made exact (`exact_float64`: Keras rounds 1/sqrt(units) to float32 on TensorFlow)."""
+    `load_weights`; a SavedModel folder (the tutorial's `tf.saved_model.save(export, 'translator')`) or a TF
+    checkpoint restored by TensorFlow's own `tf.train.Checkpoint`, the model at the root or under one name (the
+    export's `model`). Under a float64 dtype policy (shared.port.references) the MultiHeadAttention's scale is
+    made exact (`exact_float64`: on TensorFlow Keras rounds 1/sqrt(units) to float32)."""
     from shared import catalogue
     from tf_impl import build, checkpoints
     from tf_impl.tutorials.nmt_2022 import Translator
@@ -260,19 +260,20 @@ def tf_nmt_2022(path):
     spec = catalogue.get("tf_tutorial_mha")
     sizes = catalogue.sizes_from_weights(spec, checkpoints.canonical_shapes(path, build(spec.name, **spec.fixture_config)))
     if set(sizes) != set(spec.weight_sizes):
-        raise ValueError(f"{path}: the 2022 tutorial's sizes are not readable ({', '.join(spec.weight_sizes)})")
+        raise ValueError(f"{path}: the 2022 tutorial's sizes ({', '.join(spec.weight_sizes)}) are not readable from it")
     model = Translator(sizes["units"], sizes["context_vocab_size"], sizes["target_vocab_size"])
     run_tf_nmt_2022(model, {"src": np.ones((1, 2), np.int64), "tgt_in": np.ones((1, 1), np.int64)})  # builds it
     exact_float64(model)
-    if is_saved_model(path):
-        _restore_saved_model(str(path), model)
-    else:
+    if str(path).endswith(".weights.h5"):
         model.load_weights(str(path))
+    else:
+        _restore(str(path), model)
     return model
 
 
-def _restore_saved_model(path: str, model) -> None:
-    """TensorFlow's own restore of a SavedModel's variables into `model`, which must take every one of its own."""
+def _restore(path: str, model) -> None:
+    """TensorFlow's own restore of a checkpoint's (a SavedModel's) variables into `model`, which must take every
+    one of its own; what the model does not hold (the export's text processors) is left, silently."""
     from tf_impl.object_graph import Stored
 
     names = {variable.split("/")[0] for variable in Stored(path).variables}
@@ -281,8 +282,10 @@ def _restore_saved_model(path: str, model) -> None:
     elif len(names) == 1:
         holder = tf.train.Checkpoint(**{names.pop(): model})  # tf.saved_model.save(Export(translator), ...)
     else:
-        raise ValueError(f"{path}: holds {', '.join(sorted(names))} at its root: the tutorial's model is there, or under one name")
-    holder.read(resolve(path)).assert_existing_objects_matched()
+        raise ValueError(f"{path}: holds {', '.join(sorted(names))} at its root; the tutorial's model is there or under one name")
+    status = holder.read(resolve(path))
+    status.expect_partial()
+    status.assert_existing_objects_matched()
 
 
 def run_tf_nmt_2022(model, batch: dict) -> dict[str, np.ndarray]:

@@ -36,9 +36,14 @@ class Fit:
 
 
 def candidates(src: Endpoint, name: str) -> list[KeyMap]:
-    """The layouts other than the source's that read model `name` from a file of the source's format."""
+    """The layouts other than the source's that read model `name` from a file of the source's format; one that
+    maps the file as the source's does (a preset of the catalogue's own layout, tf-nmt-2022) reads it alike."""
     known = [layouts.IDENTITY, *(p for p in layouts.presets().values() if p.model == name and p.format == src.format.name)]
-    return [layout for layout in known if layout.title != src.layout.title]
+    return [layout for layout in known if layout.title != src.layout.title and _mapping(layout) != _mapping(src.layout)]
+
+
+def _mapping(layout: KeyMap) -> tuple:
+    return layout.renames, layout.transforms, dict(layout.config)
 
 
 def other_layouts(src: Endpoint, stack, name: str, overrides: dict, found: Read) -> list[Fit]:

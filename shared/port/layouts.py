@@ -8,7 +8,8 @@ them) are key maps too. Every field but `renames` is optional:
       "description": "one line: whose files these are",
       "source": "where the layout is defined (repository, file, revision)",
       "model": "bahdanau_bigru",              catalogue model the layout ports into
-      "format": "torch",                       the format its files have (rosetta port's formats)
+      "format": "torch",                       the format its files have (rosetta port's formats; a Keras
+                                               format's layout reads its model's SavedModel folders too)
       "config": {"attention_bias": false},     catalogue options the layout needs
       "renames": [                             file key -> catalogue key; the first rule that matches wins
         {"prefix": "encoder.rnn.", "to": "encoder.gru."},

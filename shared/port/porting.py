@@ -4,7 +4,8 @@ Formats, read from the file name (`--from` / `--to` name them otherwise): a PyTo
 checkpoint `{"model", "optimizer"}` (read with `weights_only=True`: a file holding pickled code is refused,
 never run), canonical `.safetensors` (the state_dict layout, no code), Keras `.weights.h5`, a whole Keras
 model `.keras` (safe mode), and a TensorFlow checkpoint (`tf.train.Checkpoint`: its prefix, `.index` file,
-or folder). A source may come in parts (`encoder=PATH,decoder=PATH`, the TF tutorial's separate files).
+or folder). A source may come in parts (`encoder=PATH,decoder=PATH`, the TF tutorial's separate files), or be a
+SavedModel folder (read only: its variables; a layout of Keras files reads the SavedModel of its model too).
 
 Another project's layout is a key map (shared.port.layouts: renames and transforms onto the catalogue model's
 canonical weights; the presets are the tutorials our documents follow). The config comes from the
@@ -303,8 +304,8 @@ def render(report: PortReport) -> str:
     lines += ambiguity.notes(report.source, report.also_fits, report.user_model_ran)
     if report.left_out:
         held = "; ".join(f"{path} ({what})" for path, what in report.left_out.items())
-        lines.append(f"left out, no weights of the model: {held} (values the file keeps beside its variables, such as a "
-                     "TextVectorization's vocabulary table: keep your text processing with your code)")  # fmt: skip
+        lines.append(f"left out, no weights of the model: {held}: values kept beside its variables (a TextVectorization's "
+                     "lookup tables); the port carries the model's weights: keep your text processing")  # fmt: skip
     for check in report.checks:
         lines += render_check(check)
     failure = report.first_failure

@@ -12,10 +12,10 @@ ROOT = Path(__file__).resolve().parents[2]
 # Keras cells keeping torch's two biases, torch's Adam rule and clipping, the `.keras` config and the backends
 # (keras_compat/), TensorFlow checkpoints and their object graph, Keras's `fit` on the models: torch needs no
 # counterpart; references.py holds each stack's own tutorials (Trevett's notebook in torch, TensorFlow's NMT tutorial
-# in Keras), which mirror nothing
+# in Keras), which mirror nothing, as tf_impl/tutorials/ (the 2022 NMT tutorial's classes, which tf-nmt-2022 runs)
 # torch_impl/keras_layers.py: Keras's Attention and AdditiveAttention in PyTorch (Keras has them)
 STACK_SPECIFIC = ("tf_impl/keras_compat/", "tf_impl/checkpoints.py", "tf_impl/object_graph.py", "tf_impl/fitting.py",
-                  "torch_impl/references.py", "tf_impl/references.py", "torch_impl/keras_layers.py",
+                  "torch_impl/references.py", "tf_impl/references.py", "tf_impl/tutorials/", "torch_impl/keras_layers.py",
                   "torch_impl/distributed.py")  # fmt: skip  # ranks under torchrun; Keras's devices: keras_compat
 FRAMEWORK_METHODS = {"forward": "call"}  # the call method is the only name the frameworks decide
 # torch's training step is its own loop (forward, clipping, Adam); Keras's is Keras's own (`fit`'s step), on the model

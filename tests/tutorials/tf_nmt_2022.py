@@ -20,7 +20,6 @@ from tf_impl.tutorials.nmt_2022 import (  # noqa: F401  (the tutorial's classes,
     masked_loss,
 )
 
-
 # --- factories for the tests (not the tutorial's) ---
 
 
