@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import subprocess
 import sys
 import zipfile
@@ -20,16 +19,9 @@ import pytest
 from shared import catalogue, data, documents
 from shared.data import corpora, readers
 from shared.data.vocab import Vocab, build_keras_vocab, build_vocab
+from tests.data_files import need_data
 
 REPO = Path(__file__).resolve().parents[2]
-DATA_DIR = Path(os.environ.get(data.ENV_VAR) or REPO.parent / "shared" / "data")
-
-
-def need_data(*parts: str) -> Path:
-    path = DATA_DIR.joinpath(*parts)
-    if not path.exists():
-        pytest.skip(f"no data at {path}: set {data.ENV_VAR} to the folder holding multi30k/ and spa-eng/")
-    return path
 
 
 @pytest.fixture(scope="module")

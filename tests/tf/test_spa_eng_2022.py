@@ -14,7 +14,6 @@ in an environment with tensorflow (the repository's venv). The data folder is $R
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 import unicodedata
@@ -28,18 +27,11 @@ from shared import data
 from shared.data import corpora, readers
 from shared.data.vocab import Vocab, build_keras_vocab, build_text_vectorization_vocab
 from shared.train import evaluation
+from tests.data_files import DATA_DIR, need_data
 
 REPO = Path(__file__).resolve().parents[2]
-DATA_DIR = Path(os.environ.get(data.ENV_VAR) or REPO.parent / "shared" / "data")
 PAIRS, TRAIN, VAL = 118_964, 95_383, 23_581  # all of spa.txt; the split of np.random.default_rng(0).uniform < 0.8
 ID_SENTENCES = 300  # sentences per split and side whose ids are compared with TextVectorization's
-
-
-def need_data(*parts: str) -> Path:
-    path = DATA_DIR.joinpath(*parts)
-    if not path.exists():
-        pytest.skip(f"no data at {path}: set {data.ENV_VAR} to the folder holding multi30k/ and spa-eng/")
-    return path
 
 
 @pytest.fixture(scope="module")
