@@ -19,7 +19,7 @@ import numpy as np
 from shared import catalogue
 from shared.core import teacher_forcing as schedules
 from shared.core.validation import check_batch
-from tf_impl.keras_compat import backends
+from tf_impl.keras_compat import backends, distributed
 
 INPUT_KEYS = ("src", "tgt_in", "src_len", "teacher_forcing")  # a tuple input holds them in this order
 _FIXED_LENGTH_KEYS = INPUT_KEYS[:2]  # document 001's models: no padded sources, always teacher-forced
@@ -28,22 +28,26 @@ _FIXED_LENGTH_KEYS = INPUT_KEYS[:2]  # document 001's models: no padded sources,
 def loss_for(model) -> keras.losses.Loss:
     """Cross-entropy from logits, mean over non-pad targets: shared.verify.training's loss, as torch's
     `cross_entropy(ignore_index=pad)` (Keras's `ignore_class` divides by the count of non-pad targets), in the
-    model's dtype (Keras's default, floatx, would compute a float64 model's loss in float32)."""
+    model's dtype (Keras's default, floatx, would compute a float64 model's loss in float32). Keras's own loss on
+    one device; under TensorFlow's MirroredStrategy still the mean over the global batch's non-pad targets
+    (keras_compat/distributed.py: Keras's would be the mean of the replicas' means)."""
     pad_id = catalogue.get(model.rosetta_name).pad_id
-    return keras.losses.SparseCategoricalCrossentropy(
+    return distributed.MaskedCrossEntropy(
         from_logits=True, ignore_class=pad_id, dtype=model.compute_dtype, name="masked_cross_entropy"
     )
 
 
 def keras_batch(spec: catalogue.ModelSpec, arrays: Mapping, schedule) -> tuple[dict, np.ndarray]:
     """A checked contract batch (shared.core.validation.prepare's arrays and schedule) as Keras's `(x, y)`: the
-    schedule repeated per row; for document 000's layer, `{"query", "values"}` and a zero target."""
+    schedule repeated per row; for document 000's layer, `{"query", "values"}` and a zero target. Data-parallel
+    (keras_compat/distributed.py), rows whose targets are all `<pad>` appended until the devices split it evenly."""
     if spec.interface == "attention":
-        return dict(arrays), np.zeros(arrays["query"].shape[:2] + arrays["values"].shape[2:], arrays["query"].dtype)
+        inputs, targets = dict(arrays), np.zeros(arrays["query"].shape[:2] + arrays["values"].shape[2:], arrays["query"].dtype)
+        return distributed.pad_rows(spec, inputs, targets)
     inputs = {key: arrays[key] for key in INPUT_KEYS if key in arrays}
     if schedule is not None:
         inputs["teacher_forcing"] = np.repeat(schedule[None, :], arrays["tgt_in"].shape[0], axis=0)  # [B, T - 1]
-    return inputs, arrays["tgt_out"]
+    return distributed.pad_rows(spec, inputs, arrays["tgt_out"])
 
 
 @contextlib.contextmanager
@@ -58,11 +62,33 @@ def _floatx(dtype: str):
 
 class ModelDtypeMetrics:
     """Mixin of a Keras Model: `compile` makes its loss and metric trackers in the model's dtype (Keras's
-    default, floatx, would round a float64 model's reported loss to float32)."""
+    default, floatx, would round a float64 model's reported loss to float32); `fit` under a tf.distribute
+    strategy takes a boolean input (the teacher-forcing schedule)."""
 
     def compile(self, *args, **kwargs):
         with _floatx(self.compute_dtype):
             super().compile(*args, **kwargs)
+
+    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
+        """Keras 3.15's TensorFlow `fit` under a strategy builds from its first batch averaged across the replicas
+        (`strategy.reduce("MEAN")`, an AddN), which refuses booleans ("Value for attr 'T' of bool is not in the
+        list of allowed values"): the first replica's share builds alike (only shapes and dtypes are read)."""
+        if iterator is not None and data_batch is None and getattr(self, "_distribute_strategy", None) is not None:
+            import tensorflow as tf
+
+            strategy = self.distribute_strategy
+            for _, _, batches in iterator:
+                data_batch = keras.tree.map_structure(
+                    lambda value: (
+                        strategy.experimental_local_results(value)[0]
+                        if isinstance(value, tf.distribute.DistributedValues)
+                        else value
+                    ),
+                    next(batches),
+                )
+                break
+            iterator = None
+        return super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
 
     # with `compile` overridden, Keras restores a `.keras` file's compilation only through overrides of these two
     def get_compile_config(self):
@@ -210,6 +236,7 @@ class AfterStep(keras.callbacks.Callback):
         self.model.reset_metrics()
 
     def on_train_batch_end(self, batch, logs=None):
+        self.model  # noqa: B018 (on JAX, reading `model` syncs the compiled step's state: the optimizer's grad_norm)
         self.grad_norms.append(self.optimizer.grad_norm)
         if not self.after_step(float(logs["loss"])):
             self.model.stop_training = True

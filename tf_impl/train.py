@@ -22,7 +22,7 @@ from shared.core.validation import prepare
 from shared.io import atomic
 from shared.specs import TrainSpec
 from tf_impl import fitting
-from tf_impl.keras_compat import backends
+from tf_impl.keras_compat import backends, distributed
 from tf_impl.keras_compat.optim import TorchAdam, make_optimizer
 from tf_impl.weights import assign_through_rules, get_grads, get_weights, leaves, set_weights
 
@@ -50,6 +50,7 @@ class Trainer:
     def __init__(self, model, name: str, spec: TrainSpec, loss=None, mode: str = "function"):
         if mode not in MODES:
             raise ValueError(f"tf trains in mode {' or '.join(MODES)}, got {mode!r}")
+        distributed.check_mode(mode)
         self.model, self.name, self.spec, self.mode = model, name, spec, mode
         self.keras_model = model if hasattr(model, "train_on_batch") else fitting.AttentionTrainer(model)
         self.loss = loss or self.keras_model.default_loss()
@@ -62,7 +63,13 @@ class Trainer:
         self.grad_norms: list[float] = []
 
     def step(self, batch: Mapping, teacher_forcing=None) -> float:
-        """One update on `batch` (checked as `run` checks it) with the step's teacher-forcing schedule."""
+        """One update on `batch` (checked as `run` checks it) with the step's teacher-forcing schedule. Under
+        TensorFlow's MirroredStrategy (keras_compat/distributed.py) through `fit`: Keras's `train_on_batch` hands
+        every replica the whole batch (the same update, computed once per replica)."""
+        if backends.name() == "tensorflow" and self.keras_model.distribute_strategy.num_replicas_in_sync > 1:
+            losses: list[float] = []
+            self.train_epoch([(batch, teacher_forcing)], lambda loss: losses.append(loss) or True)
+            return losses[0]
         inputs, targets = fitting.keras_batch(*self._prepare(batch, teacher_forcing))
         loss = self.keras_model.train_on_batch(inputs, targets)
         self.grad_norms.append(self.optimizer.grad_norm)

@@ -272,7 +272,7 @@ def test_200_training_steps_of_torchs_adam_follow_one_curve_in_both_stacks():
     for moment, slots in (("exp_avg", keras_adam._momentums), ("exp_avg_sq", keras_adam._velocities)):
         canon = {name: torch_adam.state[param][moment].numpy() for name, param in torch_model.attention.named_parameters()}
         mapped = RULES["multi_head_attention"].to_keras(canon)
-        for name, variable in keras_side._attention_variables(layer).items():
+        for name, variable in keras_side.attention_variables(layer).items():
             slot = _np(slots[keras_adam._get_variable_index(variable)])
             assert np.abs(np.reshape(mapped[name], variable.shape) - slot).max() <= 1e-9 * max(1.0, np.abs(slot).max()), name
     drifted = _keras_curve(stock, keras.optimizers.Adam(LR, global_clipnorm=CLIP))

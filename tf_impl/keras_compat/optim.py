@@ -7,10 +7,13 @@ be measured (shared.verify.training.TrainSpec names them).
 
 from __future__ import annotations
 
+import contextlib
+
 import keras
 from keras import ops
 
 from shared.specs import TrainSpec
+from tf_impl.keras_compat import distributed
 
 
 class TorchClipping:
@@ -23,7 +26,12 @@ class TorchClipping:
       scaled by `min(1, max_norm / (global norm + 1e-6))` (None: no clipping). Keras's own `clipnorm` clips
       each variable alone and `global_clipnorm` divides by `max(norm, max_norm)`: neither is torch's rule.
     - `grad_norm`: the global gradient norm of the last update, before clipping (what `clip_grad_norm_`
-      returns; `rosetta train` logs it).
+      returns; `rosetta train` logs it). On JAX, whose compiled step carries only the optimizer's `variables`, it
+      is one of them there (files still hold Adam's alone: `save_own_variables`); read it after Keras syncs the
+      state (`train_on_batch` does; in `fit`, a callback's `self.model`).
+    - data parallelism (keras_compat/distributed.py): under TensorFlow's MirroredStrategy each replica's gradients
+      are summed across replicas before the clipping (Keras clips each replica's own, then sums), so the clip and
+      `grad_norm` see the global gradient; JAX's step is global already.
     """
 
     def __init__(self, *args, clip_grad_norm=None, **kwargs):
@@ -38,15 +46,46 @@ class TorchClipping:
         if self.built:
             return
         super().build(var_list)
-        # set past Keras's tracking: a log of the last step, no state of the optimizer (files keep Adam's slots only)
-        object.__setattr__(self, "_grad_norm", keras.Variable(0.0, dtype="float64", trainable=False, name="grad_norm"))
+        # set past Keras's tracking: a log of the last step, no state of the optimizer (files keep Adam's slots only);
+        # the same on every replica (the gradients are summed first): the first one's is kept
+        norm = keras.Variable(0.0, dtype="float64", trainable=False, name="grad_norm", aggregation="only_first_replica")
+        object.__setattr__(self, "_grad_norm", norm)
 
     @property
     def grad_norm(self) -> float:
         return float(ops.convert_to_numpy(self._grad_norm))
 
+    @property
+    def variables(self):
+        """Keras's, and on JAX `grad_norm`'s too: its stateless step returns these alone (else the norm stays 0)."""
+        found = super().variables
+        carried = keras.backend.backend() == "jax" and hasattr(self, "_grad_norm") and not getattr(self, "_in_files", False)
+        return [*found, self._grad_norm] if carried else found
+
+    def save_own_variables(self, store):
+        with self._files_view():
+            super().save_own_variables(store)
+
+    def load_own_variables(self, store):
+        with self._files_view():
+            super().load_own_variables(store)
+
+    @contextlib.contextmanager
+    def _files_view(self):
+        """`variables` as Keras's files hold them (no `grad_norm`), inside."""
+        object.__setattr__(self, "_in_files", True)
+        try:
+            yield
+        finally:
+            object.__setattr__(self, "_in_files", False)
+
     def apply(self, grads, trainable_variables=None):
-        return super().apply([dense(g) for g in grads], trainable_variables)
+        # inside MirroredStrategy's per-replica step: the replicas' gradients summed here, before the clipping
+        return super().apply(distributed.all_reduce_sum([dense(g) for g in grads]), trainable_variables)
+
+    def _all_reduce_sum_gradients(self, grads_and_vars):
+        """Keras's TensorFlow optimizer sums the replicas' gradients after clipping; `apply` summed them before."""
+        return grads_and_vars
 
     def _clip_gradients(self, grads):
         clipped, norm = clip_grad_norm(grads, self.clip_grad_norm)
