@@ -77,11 +77,10 @@ def value_and_gradients(compute_loss: Callable, variables: list) -> tuple[object
     if backend == "tensorflow":
         import tensorflow as tf
 
-        from tf_impl.keras_compat.optim import dense
-
         with tf.GradientTape() as tape:
             loss = compute_loss()
-        return loss, [dense(g) for g in tape.gradient(loss, variables)]
+        # an Embedding's IndexedSlices made dense, repeats summed per row (optim.dense, which imports this module)
+        return loss, [None if g is None else tf.convert_to_tensor(g) for g in tape.gradient(loss, variables)]
     if backend == "jax":
         return _jax_value_and_gradients(compute_loss, tuple(variables))([variable.value for variable in variables])
     if backend == "torch":
