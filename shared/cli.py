@@ -120,8 +120,10 @@ def _train(args) -> int:
     run_dir = Path(args.run_dir or f"runs/{args.model}")
     if args.force and args.resume:
         raise ValueError("--force starts the run again, --resume continues it: pass one")
-    if (args.nproc_per_node or 1) > 1 and args.stack != "torch":
+    if (args.nproc_per_node or 1) > 1 and args.stack == "tf":
         raise ValueError("--nproc-per-node starts torchrun's ranks: pass --stack torch (Keras: --devices)")
+    if (args.devices or 1) > 1 and args.stack == "torch":
+        raise ValueError("--devices is Keras's data-parallel fit: pass --stack tf (torch: --nproc-per-node)")
     if args.resume and not (run_dir / runs.RUN_FILE).is_file():
         raise ValueError(f"{run_dir}: nothing to resume (no {runs.RUN_FILE} there); start the run without --resume")
     sizes, options = _key_values(args.set, "--set"), _key_values(args.data_option, "--data-option")
@@ -180,8 +182,8 @@ def _train_stacks(args, run_dir: Path, run) -> int:
     print(
         f"run {run_dir}: {run.model} on {run.dataset}, {run.epochs} epochs of batch {run.batch_size}, stacks {', '.join(stacks)}"
     )
-    ranks = args.nproc_per_node or 1
-    if len(stacks) > 1 or ranks > 1:  # one stack per process (torch first: it writes the initial weights both start from)
+    ranks, devices = args.nproc_per_node or 1, args.devices or 1
+    if len(stacks) > 1 or ranks > 1 or devices > 1:  # one stack a process (torch first: it writes the initial weights)
         for stack in stacks:
             code = subprocess.call([*_runner_command(stack, ranks), *_child_argv(args, stack)])
             if code:
@@ -219,7 +221,8 @@ def _child_argv(args, stack: str) -> list[str]:
     """`python -m shared.train.runner RUN_DIR STACK`: run.json already holds every setting."""
     run_dir = str(args.run_dir or f"runs/{args.model}")
     flags = {"--force": args.force, "--resume": args.resume, "--quiet": args.quiet}
-    return [run_dir, stack, *(flag for flag, given in flags.items() if given)]
+    devices = [f"--devices={args.devices}"] if stack == "tf" and (args.devices or 1) > 1 else []
+    return [run_dir, stack, *(flag for flag, given in flags.items() if given), *devices]
 
 
 def _evaluate(args) -> int:
@@ -281,6 +284,9 @@ def _add_train(commands) -> None:
     train.add_argument("--checkpoint-every", type=COUNT, help="steps between checkpoints (and after every epoch)")
     train.add_argument("--nproc-per-node", type=COUNT, help="torch: data-parallel over N processes (torchrun, DDP; gloo on "
                        "CPUs, NCCL on GPUs); each global batch is split by rows")  # fmt: skip
+    train.add_argument("--devices", type=COUNT, help="tf: data-parallel over N devices in one process (Keras's fit: "
+                       "keras.distribution.DataParallel on JAX, MirroredStrategy on TensorFlow; the GPUs, or the CPU "
+                       "split in N)")  # fmt: skip
     train.add_argument("--steps-per-epoch", type=COUNT, help="an epoch of N batches from the repeated data (Keras's "
                        "steps_per_epoch; default: the model's recipe, else one pass)")  # fmt: skip
     train.add_argument("--patience", type=COUNT, help="early stopping: epochs without a better validation loss "

@@ -8,9 +8,10 @@ format (`.weights.h5`).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 
 import keras
@@ -159,6 +160,33 @@ def ranks() -> tuple[int, int]:
         raise ValueError("Keras trains data-parallel in one process over its devices, not under torchrun: "
                          "rosetta train --stack tf --devices N")  # fmt: skip
     return 0, 1
+
+
+@contextlib.contextmanager
+def on_devices(devices: int) -> Iterator[None]:
+    """Inside, `tf_impl.build` and `Trainer` train data-parallel on `devices` devices through `fit`
+    (keras_compat/distributed.data_parallel): the GPUs, or on a CPU-only machine the host split into `devices`
+    devices (TensorFlow: logical CPUs, made here, before its first op; JAX: XLA's host devices, which the process
+    must have been started with: shared.stacks.host_devices_environment). 1: this process as it is."""
+    if devices == 1:
+        yield
+        return
+    if not _gpus():
+        distributed.split_cpu(devices)
+    with distributed.data_parallel(devices):
+        yield
+
+
+def _gpus() -> list:
+    if backends.name() == "jax":
+        import jax
+
+        return [device for device in jax.devices() if device.platform != "cpu"]
+    if backends.name() == "tensorflow":
+        import tensorflow as tf
+
+        return tf.config.list_physical_devices("GPU")
+    return []
 
 
 def gather_ranks(value) -> list:

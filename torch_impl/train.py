@@ -7,6 +7,7 @@ in the stack's own format (`.pt`, a state_dict read back with `weights_only=True
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -177,6 +178,15 @@ def ranks() -> tuple[int, int]:
     joined; (0, 1) in a single process."""
     distributed.start()
     return distributed.world()
+
+
+def on_devices(devices: int):
+    """A context for training on `devices` devices in this process: torch trains data-parallel as torchrun's ranks
+    (`--nproc-per-node`), one device a process, so only 1 is taken (ValueError otherwise)."""
+    if devices != 1:
+        raise ValueError(f"torch trains data-parallel as torchrun's ranks, one device each: pass --nproc-per-node {devices}, "
+                         "not --devices")  # fmt: skip
+    return contextlib.nullcontext()
 
 
 def gather_ranks(value) -> list:

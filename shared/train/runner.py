@@ -35,18 +35,24 @@ from shared.train.evaluation import evaluate
 STACKS = stacks.STACKS  # import order: torch first
 
 
-def train(run_dir, stack_name: str, force: bool = False, progress: bool = True, resume: bool = False) -> dict:
+def train(run_dir, stack_name: str, force: bool = False, progress: bool = True, resume: bool = False,
+          devices: int = 1) -> dict:  # fmt: skip
     """Train the run's model in one stack; returns the final test metrics (also written to eval.json).
 
     `resume`: continue from the stack's last checkpoint (weights, Adam's state, the dropout generators, the
     step in its epoch: the curve goes on as if never stopped); a finished stack returns its metrics, one
     without a checkpoint starts from the beginning.
     Under torchrun (torch_impl.distributed) every rank runs this; rank 0 alone writes files and evaluates at the
-    end, the others return `{"rank": r}`.
+    end, the others return `{"rank": r}`. `devices` (Keras): data-parallel over that many devices in this process
+    (tf_impl.train.on_devices: Keras's `fit` under keras.distribution or MirroredStrategy).
     """
-    run_dir, run = Path(run_dir), runs.load_run(run_dir)
-    stack, corpus = stacks.import_stack(stack_name), runs.load_corpus(run_dir)
-    train_module = importlib.import_module(f"{stack.__name__}.train")
+    train_module = stacks.import_module(stack_name, "train")
+    with train_module.on_devices(devices):  # the model, its Trainer and every step inside
+        return _train(Path(run_dir), stack_name, train_module, force, progress, resume, devices)
+
+
+def _train(run_dir: Path, stack_name: str, train_module, force: bool, progress: bool, resume: bool, devices: int) -> dict:
+    run, stack, corpus = runs.load_run(run_dir), stacks.import_stack(stack_name), runs.load_corpus(run_dir)
     rank, ranks = train_module.ranks()
     out, writes = run_dir / stack_name, rank == 0
     if resume and not (out / runs.CHECKPOINT).is_file() and writes:
@@ -84,6 +90,8 @@ def train(run_dir, stack_name: str, force: bool = False, progress: bool = True, 
     result.update(stack=stack_name, backend=train_module.backend(), device=device, steps=steps, train_seconds=seconds)
     if ranks > 1:
         result["ranks"] = ranks
+    if devices > 1:
+        result["devices"] = devices
     if attention_samples.has_decoder_attention(run.model):  # before eval.json, which marks the stack finished
         attention_samples.write_record(run_dir, stack_name, out / runs.ATTENTION_FILE, with_stacks=[stack_name])
     write_atomic(out / runs.EVAL_FILE, (json.dumps(result, indent=2) + "\n").encode())
@@ -333,8 +341,9 @@ def _checkpoint(stack, trainer, run: RunConfig, corpus: corpora.Corpus, out: Pat
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m shared.train.runner RUN_DIR STACK [--force | --resume] [--quiet]`: one stack of `rosetta train`, in its own
-    process; under torchrun, one rank of it (`torchrun --nproc-per-node N -m shared.train.runner RUN_DIR torch`)."""
+    """`python -m shared.train.runner RUN_DIR STACK [--force | --resume] [--quiet] [--devices N]`: one stack of
+    `rosetta train`, in its own process; under torchrun, one rank of it (`torchrun --nproc-per-node N -m
+    shared.train.runner RUN_DIR torch`); `--devices N`: Keras's data-parallel fit over N devices."""
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m shared.train.runner", description=main.__doc__)
@@ -343,15 +352,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--force", action="store_true")
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("--quiet", action="store_true")
+    parser.add_argument("--devices", type=int, default=1, help="tf: data-parallel over N devices (Keras's fit)")
     args = parser.parse_args(argv)
     if args.force and args.resume:
         parser.error("--force starts again, --resume continues: pass one")
+    if args.devices < 1:
+        parser.error(f"--devices counts devices: at least 1, got {args.devices}")
+    if args.devices > 1 and args.stack == "tf" and "jax" not in sys.modules:
+        os.environ.update(stacks.host_devices_environment(args.devices))  # used if Keras runs on JAX, on a CPU
 
     def command() -> int:
         # entered freely by the child of a `rosetta train` holding it; under torchrun rank 0 holds it for all ranks
         held = runs.run_folder(args.run_dir) if int(os.environ.get("RANK", 0)) == 0 else contextlib.nullcontext()
         with held:
-            result = train(args.run_dir, args.stack, force=args.force, progress=not args.quiet, resume=args.resume)
+            result = train(args.run_dir, args.stack, args.force, not args.quiet, args.resume, args.devices)
         stacks.import_module(args.stack, "train").leave_ranks()
         if "rank" not in result:
             print(json.dumps(result))

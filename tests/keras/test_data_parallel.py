@@ -7,16 +7,20 @@ absent). On Keras's torch backend data_parallel is refused. Also: TorchClipping'
 
 from __future__ import annotations
 
+import json
+
 import h5py
 import numpy as np
 import pytest
 
 import tf_impl
 import torch_impl
+from shared.train import runner
 from shared.verify import training
 from shared.verify.equality import assert_close
 from shared.verify.training import EQUALITY_SPEC
 from tests import keras_data_parallel
+from tests.interrupted_runner import losses, rosetta_train, small_run
 from tf_impl.keras_compat import backends, distributed, optim
 
 BACKEND = backends.name()
@@ -58,10 +62,26 @@ def test_more_devices_than_visible_are_refused_with_the_way_to_make_them():
             pass
 
 
+@on_jax
+def test_rosetta_train_with_devices_on_jax_follows_one_device(tmp_path):
+    """`rosetta train --stack tf --devices 2` on JAX (its runner process started with XLA's 2 host devices): the
+    loss log and final metrics of one device's run in this process (float64, no dropout)."""
+    alone = small_run(tmp_path / "alone")
+    runner.train(alone, "tf", progress=False)
+    done = rosetta_train(tmp_path / "cli", "--stack=tf", "--devices=2")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert np.abs(losses(tmp_path / "cli", "tf") - losses(alone, "tf")).max() <= 1e-12 and len(losses(alone, "tf")) == 8
+    metrics = [json.loads((run / "tf" / "eval.json").read_text()) for run in (alone, tmp_path / "cli")]
+    assert abs(metrics[0]["loss"] - metrics[1]["loss"]) <= 1e-12 and metrics[1]["devices"] == 2
+
+
 @pytest.mark.skipif(BACKEND != "torch", reason="Keras's torch backend only")
 def test_data_parallel_is_refused_on_kerass_torch_backend():
     with pytest.raises(ValueError, match="not 'torch': Keras's torch backend has no data-parallel fit"):
         with distributed.data_parallel(2):
+            pass
+    with pytest.raises(ValueError, match="not 'torch'"):
+        with tf_impl.train.on_devices(2):
             pass
 
 

@@ -6,13 +6,17 @@ fixes its devices at its first op. tests/keras/test_data_parallel.py proves the 
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from shared import catalogue
+from shared.train import runner
 from shared.verify.equality import assert_close
 from tests import keras_data_parallel
+from tests.interrupted_runner import losses, small_run, start
 from tf_impl import fitting
 from tf_impl.keras_compat import distributed
 
@@ -104,3 +108,27 @@ def test_pad_rows_refuse_the_bare_attention_layers_uneven_batch():
     inputs = {"query": np.zeros((3, 2, 11)), "values": np.zeros((3, 4, 7))}
     with pytest.raises(ValueError, match="does not split across 2 devices"):
         distributed.pad_rows(spec, inputs, np.zeros((3, 2, 7)), shares=2)
+
+
+# ---- rosetta train --devices N: the runner builds and trains inside data_parallel ----
+
+
+def test_rosetta_train_on_2_devices_interrupted_and_resumed_on_one_follows_one_device(tmp_path):
+    """`python -m shared.train.runner RUN tf --devices 2` (the process `rosetta train --stack tf --devices 2` starts)
+    interrupted after step 3 (checkpoint at step 2), resumed here on one device: the loss log and the final metrics
+    are one uninterrupted device's (float64, no dropout; the 16-row batches split 8 and 8 across the replicas)."""
+    alone, split = small_run(tmp_path / "alone"), small_run(tmp_path / "split")
+    runner.train(alone, "tf", progress=False)
+    stopped = start(split, "tf", "--devices=2", stop_after=3)
+    assert stopped.returncode != 0 and "interrupted" in stopped.stderr.lower() + stopped.stdout.lower(), stopped.stderr[-2000:]
+    assert len(losses(split, "tf")) == 2  # the log as of the last checkpoint, written on 2 devices
+    resumed = runner.train(split, "tf", progress=False, resume=True)
+    assert np.abs(losses(split, "tf") - losses(alone, "tf")).max() <= 1e-12 and len(losses(alone, "tf")) == 8
+    assert abs(resumed["loss"] - json.loads((alone / "tf" / "eval.json").read_text())["loss"]) <= 1e-12
+
+
+def test_devices_are_for_keras(capsys):
+    from shared.cli import main as rosetta
+
+    assert rosetta(["train", "reverse_bahdanau", "--stack", "torch", "--devices", "2"]) != 0
+    assert "--devices is Keras's data-parallel fit: pass --stack tf (torch: --nproc-per-node)" in capsys.readouterr().err

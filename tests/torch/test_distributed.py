@@ -17,6 +17,7 @@ import pytest
 import torch_impl
 from shared import catalogue
 from shared.verify import fixtures, training
+from tests.interrupted_runner import losses, rosetta_train, small_run, start
 from torch_impl import distributed
 
 NAME, STEPS = "luong_general", 50  # dropout 0 (fixture_trainer), teacher forcing 0.5 (one schedule per global batch)
@@ -78,43 +79,18 @@ def test_a_batch_smaller_than_the_ranks_is_refused():
 
 # ---- rosetta train with ranks: the run folder, resumed with another number of ranks ----
 
-SMALL = {"embedding_dim": 8, "hidden_size": 12, "attention_size": 10}
-REVERSE_DATA = {"train_size": 64, "val_size": 16, "test_size": 16}
-
-
-def _run_dir(tmp_path: Path, label: str) -> Path:
-    from shared.train import runs
-
-    settings = {"batch_size": 16, "epochs": 2, "checkpoint_every": 2, "dtype": "float64"}
-    runs.create_run(tmp_path / label, "reverse_bahdanau", overrides=SMALL, corpus_options=REVERSE_DATA, **settings)
-    return tmp_path / label
-
-
-def _runner(run_dir: Path, ranks: int, *flags: str, stop_after: int = 0) -> subprocess.CompletedProcess:
-    launcher = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}"] if ranks > 1 else []
-    script = str(Path(__file__).with_name("ddp_runner.py"))
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).parents[2]), "STOP_AFTER": str(stop_after)}
-    command = [sys.executable, *launcher, script, str(run_dir), "torch", "--quiet", *flags]
-    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
-
-
-def _losses(run_dir: Path) -> np.ndarray:
-    from shared.train import runs
-
-    return np.array([record["loss"] for record in runs.read_json_lines(run_dir / "torch" / runs.LOSS_LOG)])
-
 
 def test_rosetta_train_with_two_ranks_resumed_alone_follows_one_process(tmp_path):
     """2 ranks interrupted after step 3 (checkpoint at step 2), resumed by 1 process: the loss log and the final
     metrics are those of one uninterrupted process (float64, no dropout), every file written by rank 0 alone."""
-    alone, ranked = _run_dir(tmp_path, "alone"), _run_dir(tmp_path, "ranked")
-    assert _runner(alone, 1).returncode == 0
-    stopped = _runner(ranked, 2, stop_after=3)
+    alone, ranked = small_run(tmp_path / "alone"), small_run(tmp_path / "ranked")
+    assert start(alone, "torch").returncode == 0
+    stopped = start(ranked, "torch", ranks=2, stop_after=3)
     assert stopped.returncode != 0 and "interrupted" in stopped.stderr.lower() + stopped.stdout.lower()
-    assert len(_losses(ranked)) == 2  # the log as of the last checkpoint
-    resumed = _runner(ranked, 1, "--resume")
+    assert len(losses(ranked, "torch")) == 2  # the log as of the last checkpoint
+    resumed = start(ranked, "torch", "--resume")
     assert resumed.returncode == 0, resumed.stderr[-2000:]
-    assert np.abs(_losses(ranked) - _losses(alone)).max() <= 1e-12 and len(_losses(alone)) == 8
+    assert np.abs(losses(ranked, "torch") - losses(alone, "torch")).max() <= 1e-12 and len(losses(alone, "torch")) == 8
     metrics = [json.loads((run / "torch" / "eval.json").read_text()) for run in (alone, ranked)]
     assert abs(metrics[0]["loss"] - metrics[1]["loss"]) <= 1e-12
     assert sorted(p.name for p in (ranked / "torch").iterdir()) == sorted(p.name for p in (alone / "torch").iterdir())
@@ -122,21 +98,18 @@ def test_rosetta_train_with_two_ranks_resumed_alone_follows_one_process(tmp_path
 
 def test_the_command_line_trains_with_ranks(tmp_path):
     """`rosetta train --stack torch --nproc-per-node 2` (torchrun's launcher, gloo): the one-process curve."""
-    alone = _run_dir(tmp_path, "alone")
-    assert _runner(alone, 1).returncode == 0
-    sizes = [f"--set={key}={value}" for key, value in SMALL.items()]
-    options = [f"--data-option={key}={value}" for key, value in REVERSE_DATA.items()]
-    command = ["-m", "shared.cli", "train", "reverse_bahdanau", "--stack", "torch", "--nproc-per-node", "2", "--run-dir",
-               str(tmp_path / "cli"), "--batch-size", "16", "--epochs", "2", "--checkpoint-every", "2", "--dtype", "float64",
-               "--quiet", *sizes, *options]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).parents[2])}
-    done = subprocess.run([sys.executable, *command], env=env, capture_output=True, text=True, timeout=600)
+    alone = small_run(tmp_path / "alone")
+    assert start(alone, "torch").returncode == 0
+    done = rosetta_train(tmp_path / "cli", "--stack=torch", "--nproc-per-node=2")
     assert done.returncode == 0, done.stderr[-2000:]
-    assert np.abs(_losses(tmp_path / "cli") - _losses(alone)).max() <= 1e-12
+    assert np.abs(losses(tmp_path / "cli", "torch") - losses(alone, "torch")).max() <= 1e-12
     assert json.loads((tmp_path / "cli" / "torch" / "eval.json").read_text())["ranks"] == 2
 
 
-def test_ranks_are_for_torch():
+def test_ranks_are_for_torch(capsys):
     from shared.cli import main as rosetta
 
     assert rosetta(["train", "reverse_bahdanau", "--stack", "tf", "--nproc-per-node", "2"]) != 0
+    assert "--nproc-per-node starts torchrun's ranks: pass --stack torch (Keras: --devices)" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="pass --nproc-per-node 2, not --devices"):
+        torch_impl.train.on_devices(2)

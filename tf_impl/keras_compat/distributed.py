@@ -40,6 +40,7 @@ from dataclasses import dataclass
 import keras
 import numpy as np
 
+from shared import stacks
 from tf_impl.keras_compat import backends
 
 ENGINES = ("jax", "tensorflow")  # the backends with a data-parallel `fit` of their own
@@ -119,7 +120,7 @@ def check_mode(mode: str) -> None:
 def cpu_environment(devices: int) -> dict[str, str]:
     """Environment variables that give a new process `devices` CPU devices on JAX (XLA's host device count; read
     once, when JAX is imported). TensorFlow's are made in the process: `split_cpu`."""
-    return {"XLA_FLAGS": f"--xla_force_host_platform_device_count={int(devices)}"}
+    return stacks.host_devices_environment(devices)
 
 
 def split_cpu(devices: int) -> None:
