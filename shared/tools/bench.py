@@ -40,7 +40,8 @@ from shared.tools.machine import (
     machine_slug,
     others_busy,
     thread_environment,
-    time_calls,
+    time_side_by_side,
+    warm_up,
 )
 from shared.verify.fixtures import synthetic_batch
 
@@ -199,9 +200,10 @@ def measure(stack: str, profile: Profile, threads: int, results_dir, progress=pr
     device = bench.configure(threads)
     environment = _environment(bench, stack, profile, threads, device)
     rows = []
-    for case in cases(profile, stack, threads, device, bench.backend()):
-        rows.append(_measure_case(bench, stack, case, profile, threads, device))
-        progress(_progress_line(rows[-1]))
+    for group in side_by_side(cases(profile, stack, threads, device, bench.backend())):
+        rows += _measure_cases(bench, stack, group, profile, threads, device)
+        for row in rows[-len(group) :]:
+            progress(_progress_line(row))
     payload = {"schema": SCHEMA, "environment": environment, "rows": rows}
     output = result_path(results_dir, environment)
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -231,8 +233,72 @@ def _environment(bench, stack: str, profile: Profile, threads: int, device: str)
     }
 
 
-def _measure_case(bench, stack: str, case: Case, profile: Profile, threads: int, device: str) -> dict:
-    row = {
+def side_by_side(found: list[Case]) -> list[list[Case]]:
+    """`found` in groups timed together: each `ours` case with its `as_written` twin (same model, task, mode and
+    sizes), so their ratio is measured side by side (machine.time_side_by_side); every other case alone."""
+    twins = {_twin_key(case): case for case in found if case.impl == "as_written"}
+    ours = {_twin_key(case) for case in found if case.impl == "ours"}
+    groups = []
+    for case in found:
+        if case.impl == "ours":
+            groups.append([case, twins[_twin_key(case)]] if _twin_key(case) in twins else [case])
+        elif _twin_key(case) not in ours:
+            groups.append([case])
+    return groups
+
+
+def _twin_key(case: Case) -> tuple:
+    return case.model, case.task, case.mode, case.sweep, case.sizes
+
+
+def _measure_cases(bench, stack: str, group: list[Case], profile: Profile, threads: int, device: str) -> list[dict]:
+    """One row per case of `group`: each built and warmed in turn (its peak memory and execution path read after its
+    warm-up), then all timed in turns. A case that fails is a result too (e.g. a mode the model cannot compile in)."""
+    rows = [_row(bench, stack, case, threads, device) for case in group]
+    warmed = {}  # index in group -> (call, Warm, the row's measurements)
+    for index, case in enumerate(group):
+        try:
+            warmed[index] = _warm_case(bench, case, profile, device)
+        except Exception as error:
+            rows[index] = _failed(rows[index], error)
+    if not warmed:
+        return rows
+    try:
+        load = {"before": others_busy(profile.load_window_s)}
+        during = OthersMeter.start()
+        calls, warms = [call for call, _, _ in warmed.values()], [warm for _, warm, _ in warmed.values()]
+        timings = time_side_by_side(calls, warms, profile.repeats, profile.big_repeats)
+        load |= {"during": during.stop(), "after": others_busy(profile.load_window_s)}
+    except Exception as error:
+        return [_failed(row, error) if index in warmed else row for index, row in enumerate(rows)]
+    for (index, (_, _, measured)), timing in zip(warmed.items(), timings, strict=True):
+        case = group[index]
+        tokens = case.sizes.batch * case.sizes.tgt_len
+        rows[index] = {
+            **rows[index],
+            **timing,
+            "tokens_per_s": tokens / (timing["median_ms"] / 1e3),
+            **measured,
+            "others_busy": load,
+            "disturbed": disturbance(timing, load),
+            "timed_with": [other.impl for other in group if other is not case],
+            "status": "ok",
+            "error": None,
+        }
+    return rows
+
+
+def _warm_case(bench, case: Case, profile: Profile, device: str) -> tuple:
+    arrays = synthetic_batch(case.model, case.sizes)
+    bench.start_case(device)
+    call, execution_path = bench.make_call(case.model, case.task, case.impl, case.mode, arrays, case.sizes.tgt_len, device)
+    warm = warm_up(call, profile.warmup)
+    measured = {"peak_mem_mb": bench.peak_memory_mb(device), "gflop": _gflop(bench, case, arrays), "path": execution_path()}
+    return call, warm, measured
+
+
+def _row(bench, stack: str, case: Case, threads: int, device: str) -> dict:
+    return {
         "model": case.model,
         "document": catalogue.get(case.model).document,
         "stack": stack,
@@ -245,30 +311,11 @@ def _measure_case(bench, stack: str, case: Case, profile: Profile, threads: int,
         "sweep": case.sweep,
         **dataclasses.asdict(case.sizes),
     }
-    arrays = synthetic_batch(case.model, case.sizes)
-    try:
-        bench.start_case(device)
-        call, execution_path = bench.make_call(case.model, case.task, case.impl, case.mode, arrays, case.sizes.tgt_len, device)
-        load = {"before": others_busy(profile.load_window_s)}
-        during = OthersMeter.start()
-        timing = time_calls(call, profile.warmup, profile.repeats, profile.big_repeats)
-        load |= {"during": during.stop(), "after": others_busy(profile.load_window_s)}
-        tokens = case.sizes.batch * case.sizes.tgt_len
-        return {
-            **row,
-            **timing,
-            "tokens_per_s": tokens / (timing["median_ms"] / 1e3),
-            "peak_mem_mb": bench.peak_memory_mb(device),
-            "gflop": _gflop(bench, case, arrays),
-            "others_busy": load,
-            "disturbed": disturbance(timing, load),
-            "path": execution_path(),
-            "status": "ok",
-            "error": None,
-        }
-    except Exception as error:  # a case that fails (e.g. a mode the model cannot compile in) is a result too
-        message = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"[:300]
-        return {**row, "status": "failed", "error": message}
+
+
+def _failed(row: dict, error: Exception) -> dict:
+    message = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"[:300]
+    return {**row, "status": "failed", "error": message}
 
 
 _GFLOP: dict[tuple, float | None] = {}  # one count per (model, task, impl, sizes): the modes share it

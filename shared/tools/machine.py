@@ -19,6 +19,19 @@ def time_calls(fn, warmup: int, repeats: int, big_repeats: int) -> dict:
 
     A case whose second call takes over a second is warm after it: `big_repeats` timed calls follow.
     """
+    return time_side_by_side([fn], [warm_up(fn, warmup)], repeats, big_repeats)[0]
+
+
+@dataclass(frozen=True)
+class Warm:
+    """How a callable's warm-up went: its first call (compile/trace included) and whether a call takes over a second."""
+
+    first_s: float
+    big: bool
+
+
+def warm_up(fn, warmup: int) -> Warm:
+    """Call `fn` `warmup` times (at least twice; twice only when its second call takes over a second)."""
     started = time.perf_counter()
     fn()
     first = time.perf_counter() - started
@@ -27,11 +40,25 @@ def time_calls(fn, warmup: int, repeats: int, big_repeats: int) -> dict:
     big = time.perf_counter() - started > 1.0
     for _ in range(0 if big else max(warmup - 2, 0)):
         fn()
-    times = []
-    for _ in range(big_repeats if big else repeats):
-        started = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - started)
+    return Warm(first, big)
+
+
+def time_side_by_side(fns: list, warms: list[Warm], repeats: int, big_repeats: int) -> list[dict]:
+    """Time warm callables in turns, one call each a round, the order reversed every other round (A B, B A, ...),
+    so a drift of the machine (its clock, its caches, another process) falls on all of them alike: the ratio of two
+    implementations measured side by side. `big_repeats` rounds when any call takes over a second."""
+    rounds = big_repeats if any(warm.big for warm in warms) else repeats
+    times: list[list[float]] = [[] for _ in fns]
+    for round_ in range(rounds):
+        order = range(len(fns)) if round_ % 2 == 0 else reversed(range(len(fns)))
+        for index in order:
+            started = time.perf_counter()
+            fns[index]()
+            times[index].append(time.perf_counter() - started)
+    return [_timing(samples, warm) for samples, warm in zip(times, warms, strict=True)]
+
+
+def _timing(times: list[float], warm: Warm) -> dict:
     median = statistics.median(times)
     q25, _, q75 = statistics.quantiles(times, n=4, method="inclusive") if len(times) > 1 else (median,) * 3
     return {
@@ -40,7 +67,7 @@ def time_calls(fn, warmup: int, repeats: int, big_repeats: int) -> dict:
         "q75_ms": q75 * 1e3,
         "min_ms": min(times) * 1e3,
         "repeats": len(times),
-        "compile_s": max(first - median, 0.0),
+        "compile_s": max(warm.first_s - median, 0.0),
     }
 
 

@@ -76,6 +76,40 @@ def test_time_calls_reports_first_call_as_compile_time_and_quartiles():
     assert timing["q25_ms"] <= timing["median_ms"] <= timing["q75_ms"]
 
 
+class DriftingMachine:
+    """A fake clock on which every call takes longer than the one before (a machine warming up, or another process
+    arriving): two identical callables timed one after the other differ, side by side they do not."""
+
+    def __init__(self):
+        self.now, self.calls = 0.0, 0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def call(self) -> None:
+        self.calls += 1
+        self.now += 1e-3 * (1 + 0.05 * self.calls)
+
+
+def test_two_identical_calls_timed_side_by_side_are_equal_where_one_after_the_other_they_are_not(monkeypatch):
+    clock = DriftingMachine()
+    monkeypatch.setattr(machine.time, "perf_counter", clock.perf_counter)
+    one_after_other = [machine.time_calls(clock.call, 3, 10, 5)["median_ms"] for _ in range(2)]
+    assert one_after_other[1] / one_after_other[0] > 1.3  # the naive order: the second looks 30% slower
+    warms = [machine.warm_up(clock.call, 3) for _ in range(2)]
+    side_by_side = [timing["median_ms"] for timing in machine.time_side_by_side([clock.call] * 2, warms, 10, 5)]
+    assert abs(side_by_side[1] / side_by_side[0] - 1) < 0.01
+
+
+def test_ours_is_timed_with_its_as_written_twin():
+    profile = bench.get_profile("smoke")
+    groups = bench.side_by_side(bench.cases(profile, "torch", 1))
+    pairs = [[case.impl for case in group] for group in groups]
+    assert ["ours", "as_written"] in pairs and all(pair in (["ours"], ["ours", "as_written"]) for pair in pairs)
+    assert all(len({(c.model, c.task, c.mode, c.sizes) for c in group}) == 1 for group in groups)
+    assert sum(map(len, groups)) == len(bench.cases(profile, "torch", 1))  # every case once
+
+
 def test_machine_slug_and_result_path():
     assert machine.machine_slug("AMD EPYC 7R13 Processor", 2, None) == "cpu-amd-epyc-7r13-2c"
     assert machine.machine_slug("x", 16, "NVIDIA H100 80GB HBM3") == "gpu-nvidia-h100-80gb-hbm3"

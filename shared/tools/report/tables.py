@@ -113,7 +113,23 @@ def _headline_record(spec: catalogue.ModelSpec, rows, equality: dict) -> dict:
         record[f"{label} ms"], record[f"{label} mode"] = _best(stack_rows[stack_rows["impl"] == "ours"])
         record[f"ours/as-written {label}"] = _speedup(stack_rows[stack_rows["mode"] == SPEEDUP_MODE[stack]])
     record["torch/TF"] = record["torch ms"] / record["TF ms"]
+    record["lowest ours/as-written"], record["lowest in"] = _lowest_speedup(rows)
+    record["FLOP ceiling"] = flop_ceiling(rows)
     return {**record, **_headline_equality(spec, equality)}
+
+
+def _lowest_speedup(rows) -> tuple[float, str]:
+    """The smallest ours/as-written ratio over both stacks' modes and where it was measured ("torch compile");
+    (nan, "-") where no mode has both."""
+    ratios = [(_speedup(group), f"{LABELS[stack]} {mode}") for (stack, mode), group in rows.groupby(["stack", "mode"])]
+    return min([(ratio, where) for ratio, where in ratios if not math.isnan(ratio)], default=(math.nan, "-"))
+
+
+def flop_ceiling(rows) -> float:
+    """As-written FLOPs over ours (torch's FLOP counter, the same work in both stacks): the speed-up the arithmetic
+    alone allows; 1.0 where ours does the listing's work in fewer steps, not fewer FLOPs. nan when not counted."""
+    counted = rows[rows["gflop"].notna() & (rows["gflop"] > 0)].groupby("impl")["gflop"].max()
+    return float(counted.get("as_written", math.nan) / counted.get("ours", math.nan))
 
 
 def _best(rows) -> tuple[float, str | None]:
