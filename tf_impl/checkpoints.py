@@ -55,12 +55,15 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from shared.core import moved
 from shared.core.canonical import RULES, join_key
 from shared.core.optimizer_state import MOMENTS, check_optimizer_state
 from shared.io import atomic
 from tf_impl.object_graph import STEP_NAMES, Stored, first_line, normalise
 from tf_impl.train import NATIVE_SUFFIX, _weights_owner, load_adam_state, load_native
 from tf_impl.weights import get_grads, leaves
+
+__getattr__ = moved.getattr_for(__name__)  # the object graph's names that moved to object_graph.py warn
 
 PREFIX = "ckpt"  # write(): `folder/ckpt-1`, as the tutorial's `checkpoint.save(file_prefix=.../ckpt)`
 

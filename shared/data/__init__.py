@@ -22,9 +22,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from shared.core import moved
 from shared.data import parallel
 from shared.data.corpora import CORPUS_FILE, DATASETS, OWN_CORPUS, Corpus
 from shared.data.readers import read_multi30k, read_spa_eng, read_spa_eng_2022, reverse_corpus
+
+__getattr__ = moved.getattr_for(__name__)  # the readers and batches that moved to readers.py and corpora.py warn
 
 ENV_VAR = "ROSETTA_DATA_DIR"
 # the defaults of `load_corpus`'s options, per dataset; any other option name is an error
