@@ -21,9 +21,9 @@ CLI_FLAGS = [*(f"--set={key}={value}" for key, value in SMALL.items()),
              "--batch-size=16", "--epochs=2", "--checkpoint-every=2", "--dtype=float64", "--quiet"]  # fmt: skip
 
 
-def small_run(folder: Path) -> Path:
-    """A prepared run folder of a small reverse_bahdanau (the `rosetta train` of CLI_FLAGS), float64."""
-    runs.create_run(folder, "reverse_bahdanau", overrides=SMALL, corpus_options=REVERSE_DATA, **SETTINGS)
+def small_run(folder: Path, **settings) -> Path:
+    """A prepared run folder of a small reverse_bahdanau (the `rosetta train` of CLI_FLAGS; `settings` added), float64."""
+    runs.create_run(folder, "reverse_bahdanau", overrides=SMALL, corpus_options=REVERSE_DATA, **SETTINGS, **settings)
     return folder
 
 

@@ -153,6 +153,11 @@ def _tasks(name: str) -> tuple[str, ...]:
     return ("train_step", "greedy") if catalogue.get(name).variable_length else ("train_step",)
 
 
+def _impls(name: str) -> tuple[str, ...]:
+    """What is timed of model `name`: ours, and the listing as written where ours differs from it."""
+    return ("ours", "as_written") if catalogue.get(name).hoists else ("ours",)
+
+
 def _sweep_sizes(profile: Profile, name: str) -> list[tuple[str, Sizes]]:
     base = document_sizes(name)
     by_length = [("seq_len", Sizes(base.batch, n, n)) for n in profile.seq_lens if n != base.src_len]
@@ -179,12 +184,12 @@ def cases(profile: Profile, stack: str, threads: int, device: str = "cpu", backe
                 if task == "greedy" and mode != "eager" and stack == "tf" and backend not in COMPILED_GREEDY_BACKENDS:
                     continue
                 found.append(Case(name, task, "ours", mode, "document", document))
-                if mode in profile.as_written_modes and task == "train_step":
+                if mode in profile.as_written_modes and task == "train_step" and catalogue.get(name).hoists:
                     found.append(Case(name, task, "as_written", mode, "document", document))
         if name in profile.sweep_models:
             for mode in [m for m in modes if m in ("eager", "function")][-1:]:  # the best uncompiled mode
                 for sweep, sizes in _sweep_sizes(profile, name):
-                    found += [Case(name, "train_step", impl, mode, sweep, sizes) for impl in ("ours", "as_written")]
+                    found += [Case(name, "train_step", impl, mode, sweep, sizes) for impl in _impls(name)]
     return found
 
 

@@ -34,21 +34,21 @@ def _train_argv(stack, run_dir: Path, *extra: str) -> list[str]:
 
 def test_a_second_training_run_in_the_same_folder_is_refused_naming_the_first(stack, tmp_path, capsys):
     run_dir = tmp_path / "run"
-    argv = [sys.executable, "-m", "shared.cli", *_train_argv(stack, run_dir, "--epochs", "30")]
+    argv = [sys.executable, "-m", "shared.cli", *_train_argv(stack, run_dir, "--epochs", "8")]  # long enough to overlap
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     first = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
     while not (run_dir / stack_log(stack)).is_file() and first.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
     assert first.poll() is None, "the first run ended before the second started"
-    err = _one_line_error(capsys, _train_argv(stack, run_dir, "--epochs", "30"))
+    err = _one_line_error(capsys, _train_argv(stack, run_dir, "--epochs", "8"))
     assert f"{run_dir} is in use: a training run in process {first.pid}" in err
     assert first.wait(timeout=600) == 0, first.stderr.read()
     steps = [record["step"] for record in runs.read_json_lines(run_dir / stack_log(stack))]
-    assert steps == list(range(1, len(steps) + 1)) and len(steps) == 30 * 4  # every step once
+    assert steps == list(range(1, len(steps) + 1)) and len(steps) == 8 * 4  # every step once
     assert not (run_dir / locks.LOCK_NAME).exists()
     # negative control: the refusal is the live holder's; the folder is free again once it has ended
-    assert rosetta(_train_argv(stack, run_dir, "--epochs", "30", "--resume")) == 0
+    assert rosetta(_train_argv(stack, run_dir, "--epochs", "8", "--resume")) == 0
     capsys.readouterr()
 
 
