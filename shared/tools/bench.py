@@ -92,6 +92,7 @@ class Profile:
     batches: tuple[int, ...] = (8, 32, 128)
     as_written_modes: tuple[str, ...] = ALL_MODES  # the listing as the baseline of every mode
     modes: tuple[str, ...] | None = None  # only these modes (None: every mode of the stack)
+    floor: bool = True  # also each model's train step at FLOOR_SIZES in every mode: what a step costs with no work
     tag: str = ""  # appended to the result file's name, for a run restricted to part of a profile
     warmup: int = 3
     repeats: int = 10
@@ -124,8 +125,12 @@ PROFILES = {
         repeats=2,
         big_repeats=2,
         load_window_s=0.01,
+        floor=False,
     ),
 }
+# batch 1, two source and two target steps: a train step with (almost) no arithmetic, so its time is the framework's
+# fixed cost per step (dispatching each op, the optimizer's per-variable work, Keras's train_on_batch plumbing)
+FLOOR_SIZES = Sizes(1, 2, 2)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,7 +139,7 @@ class Case:
     task: str  # train_step | greedy
     impl: str  # ours | as_written
     mode: str
-    sweep: str  # document | seq_len | batch
+    sweep: str  # document | seq_len | batch | floor
     sizes: Sizes
 
 
@@ -186,6 +191,8 @@ def cases(profile: Profile, stack: str, threads: int, device: str = "cpu", backe
                 found.append(Case(name, task, "ours", mode, "document", document))
                 if mode in profile.as_written_modes and task == "train_step" and catalogue.get(name).hoists:
                     found.append(Case(name, task, "as_written", mode, "document", document))
+                if profile.floor and task == "train_step":
+                    found.append(Case(name, task, "ours", mode, "floor", FLOOR_SIZES))
         if name in profile.sweep_models:
             for mode in [m for m in modes if m in ("eager", "function")][-1:]:  # the best uncompiled mode
                 for sweep, sizes in _sweep_sizes(profile, name):

@@ -17,7 +17,10 @@ def test_the_default_profile_covers_the_reverse_task_and_the_attention_layer_in_
         assert {c.impl for c in two if c.sweep == "document"} == {"ours", "as_written"}
         one = bench.cases(profile, stack, threads=1)
         assert not {c.mode for c in one} & bench.COMPILED_MODES  # compiled modes at one thread count only
-        assert {c.sweep for c in two} == {"document", "seq_len", "batch"}
+        assert {c.sweep for c in two} == {"document", "seq_len", "batch", "floor"}
+        floors = [c for c in two if c.sweep == "floor"]  # every model's step at 1x2x2 in every mode, ours alone
+        assert {(c.model, c.mode) for c in floors} == {(c.model, c.mode) for c in two if c.sweep == "document"}
+        assert {(c.impl, c.task, c.sizes) for c in floors} == {("ours", "train_step", bench.FLOOR_SIZES)}
 
 
 def test_keras_on_jax_and_torch_runs_its_backends_modes_and_names_them_in_rows_and_files():

@@ -191,6 +191,26 @@ def test_the_ratio_columns_follow_from_the_medians(tmp_path, inputs):
     assert " 2.50x |" in readme and "35.0%" in readme
 
 
+def test_a_ratio_outside_the_band_comes_with_each_stacks_floor(tmp_path, inputs):
+    """reverse_bahdanau: torch 5 ms, TF 8 ms (0.62x); at 1x2x2 TF still takes 7 ms, torch 1 ms: TF's fixed cost per
+    step alone is 1.4x torch's whole step, said in the sentence; without floor rows the sentence has no floor."""
+    _, plain = _report(tmp_path, inputs, "plain")
+    assert "reverse_bahdanau (ours" in plain and "floor torch" not in plain
+    for stack, medians in (("torch", (1.0, 2.0)), ("tf", (7.0, 9.0))):
+        rows = [
+            _row("reverse_bahdanau", stack, mode, "ours", median, sweep="floor", sizes=(1, 2, 2))
+            for mode, median in zip(("eager", "compile" if stack == "torch" else "function"), medians, strict=True)
+        ]
+        environment = {**CPU, "stack": stack}
+        _write_json(
+            inputs["results_dir"] / CPU["machine"] / f"{stack}-floor.json",
+            {"schema": 1, "environment": environment, "rows": rows},
+        )
+    result, readme = _report(tmp_path, inputs)
+    assert "0.62x, floor torch 1 ms, TF 7 ms: TF's floor alone is 1.40x torch's step" in readme
+    assert set(result["tables"]["speed_train_step"]["sizes"]) == {"32x10x11", "128x8x9"}  # floors stay out of the tables
+
+
 def test_keras_rows_on_jax_name_their_backend_and_compare_with_their_own_eager(tmp_path, inputs):
     """A `rosetta bench --keras-backend jax` file: its modes name JAX, its mode/eager is JAX's eager, and where
     it is Keras's best mode the headline says which."""

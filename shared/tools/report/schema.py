@@ -19,7 +19,7 @@ CHOICES = {
     "impl": ("ours", "as_written"),
     "task": TASKS,
     "device": ("cpu", "gpu"),
-    "sweep": ("document", "seq_len", "batch"),
+    "sweep": ("document", "seq_len", "batch", "floor"),  # floor: the step at 1x2x2, the framework's fixed cost
     "status": ("ok", "failed"),
 }
 SIZES = ("batch", "src_len", "tgt_len")
