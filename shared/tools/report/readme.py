@@ -3,8 +3,6 @@ scaling, figures."""
 
 from __future__ import annotations
 
-import numpy as np
-
 from shared import catalogue
 from shared.tools.report.figures import ReportFigure
 from shared.tools.report.printing import setting
@@ -22,7 +20,7 @@ from shared.tools.report.schema import (
     TASKS,
     Inputs,
 )
-from shared.tools.report.tables import Tables
+from shared.tools.report.tables import Tables, select
 
 
 def render_readme(inputs: Inputs, tables: Tables, context: dict | None, figures: list[ReportFigure]) -> str:
@@ -208,13 +206,11 @@ def _floor_note(row, table, rows) -> str:
     """ ", floor torch 0.9 ms, TF 2.6 ms: TF's floor alone is 2.1x torch's step" for one outside-band setting ("" when
     the bench measured no floor there)."""
     setting_of = {"model": row["model"], "machine": row["machine"], "device": row["device"], "threads": row["threads"]}
-    floor = rows[(rows["sweep"] == "floor") & (rows["status"] == "ok") & (rows["impl"] == "ours")]
-    floor = floor[np.logical_and.reduce([floor[key] == value for key, value in setting_of.items()])]
+    floor = select(rows, sweep="floor", status="ok", impl="ours", **setting_of)
     if floor.empty or set(floor["stack"]) != set(STACKS):
         return ""
     floors = floor.groupby("stack")["median_ms"].min()
-    mine = table[np.logical_and.reduce([table[key] == value for key, value in setting_of.items()]) & (table["impl"] == "ours")]
-    steps = mine[mine["status"] == "ok"].groupby("stack")["median ms"].min()
+    steps = select(table, status="ok", impl="ours", **setting_of).groupby("stack")["median ms"].min()
     slower, faster = ("torch", "tf") if row["torch/TF"] > 1 else ("tf", "torch")
     share = floors[slower] / steps[faster]
     note = f", floor torch {floors['torch']:.3g} ms, TF {floors['tf']:.3g} ms"
