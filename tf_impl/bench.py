@@ -116,6 +116,29 @@ def execution_path(model, mode: str, xla: bool) -> dict:
     }
 
 
+def count_ops(name: str, impl: str, arrays: dict) -> int | None:
+    """The framework ops one eager train step runs (Keras's `train_on_batch`: forward, backward, clipping, Adam), each
+    one trip through TensorFlow's eager executor (counted by an op callback, as TensorFlow's debugger sees them; a
+    compiled mode fuses them, the count is the eager step's). None on JAX and torch (counted on TensorFlow only)."""
+    if backend() != "tensorflow":
+        return None
+    from tensorflow.python.framework import op_callbacks
+
+    count = [0]
+
+    def counted(*_, **__) -> None:
+        count[0] += 1  # returning None keeps the op's outputs
+
+    trainer = Trainer(build(name, impl), name, shared_bench.BENCH_SPEC, mode="eager")
+    trainer.step(arrays)  # the first step builds Adam's state: count a later one
+    op_callbacks.add_op_callback(counted)
+    try:
+        trainer.step(arrays)
+    finally:
+        op_callbacks.remove_op_callback(counted)
+    return count[0]
+
+
 def count_gflop(name: str, task: str, impl: str, arrays: dict, max_len: int) -> None:
     """Not counted here: the torch stack counts each case's FLOPs (the report shares them)."""
     return None

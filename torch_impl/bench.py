@@ -113,6 +113,25 @@ def execution_path(model: torch.nn.Module, mode: str, device: str) -> dict:
     }
 
 
+def count_ops(name: str, impl: str, arrays: dict) -> int:
+    """The framework ops one eager train step runs (forward, backward, clipping, Adam): the aten operators torch
+    dispatches, each one trip through its dispatcher (a compiled mode fuses them; the count is the eager step's)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Counter(TorchDispatchMode):
+        count = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            Counter.count += 1
+            return func(*args, **(kwargs or {}))
+
+    trainer = Trainer(build(name, impl), name, shared_bench.BENCH_SPEC, mode="eager")
+    trainer.step(arrays)  # the first step builds Adam's state: count a later one
+    with Counter():
+        trainer.step(arrays)
+    return Counter.count
+
+
 def count_gflop(name: str, task: str, impl: str, arrays: dict, max_len: int) -> float:
     """Matmul GFLOP of one case (forward and backward for a train step), counted on the CPU."""
     from torch.utils.flop_counter import FlopCounterMode

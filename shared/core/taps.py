@@ -36,6 +36,11 @@ def tap(name: str, tensor):
     return tensor
 
 
+def is_recording() -> bool:
+    """Whether a `recording()` is open (then a forward pass must run eagerly: a compiled one would keep tracers)."""
+    return _recorded is not None
+
+
 @contextlib.contextmanager
 def recording():
     """Keep every tapped tensor of the forward passes run inside; yields {name: [tensor, ...]}."""

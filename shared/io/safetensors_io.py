@@ -90,6 +90,18 @@ def save(path: str | os.PathLike, tensors: dict[str, np.ndarray], metadata: dict
     write_atomic(path, dumps(tensors, metadata))
 
 
+def read_metadata(path: str | os.PathLike) -> dict[str, str]:
+    """A safetensors file's metadata, reading its header only ({} for a file that is not one: its reader says why)."""
+    try:
+        with open(path, "rb") as stream:
+            (size,) = struct.unpack("<Q", stream.read(8))
+            header = json.loads(stream.read(min(size, 100_000_000)))
+    except (OSError, struct.error, ValueError, UnicodeDecodeError):
+        return {}
+    metadata = header.get("__metadata__") if isinstance(header, dict) else None
+    return dict(metadata) if isinstance(metadata, dict) else {}
+
+
 def load(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """Read a safetensors file into (tensors, metadata)."""
     path = Path(path)

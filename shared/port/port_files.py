@@ -10,6 +10,7 @@ import importlib
 import importlib.util
 import json
 import re
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -100,6 +101,24 @@ def endpoint(text, named: str | None = None, key_map: str | None = None, destina
         raise ValueError(f"{layout.where}: renames act on the keys of torch and safetensors files; a {fmt.description} "
                          "is read by attribute path, in the catalogue's names already")  # fmt: skip
     return Endpoint(path, fmt, layout, parts, named=named is not None or key_map is not None)
+
+
+def named_model(end: Endpoint) -> str | None:
+    """The catalogue model a source file names itself, read without a framework: a `.keras` file's config
+    (`config.json` in its zip), a canonical safetensors file's metadata; None for a file that names none (or
+    is unreadable: its reader says why)."""
+    if end.parts or not end.path.is_file():
+        return None
+    if end.format.name == "safetensors" and end.layout.identity:
+        return safetensors_io.read_metadata(end.path).get("model")
+    if end.format.name == "keras":
+        try:
+            with zipfile.ZipFile(end.path) as archive:
+                config = json.loads(archive.read("config.json")).get("config", {})
+        except (OSError, KeyError, ValueError, AttributeError, zipfile.BadZipFile):
+            return None
+        return config.get("rosetta_model") if isinstance(config, dict) else None
+    return None
 
 
 def is_saved_model(path) -> bool:

@@ -41,6 +41,7 @@ from shared.port.port_files import (
     endpoint,
     import_stacks,
     move_into_place,
+    named_model,
     read,
     read_endpoint,
     staged_beside,
@@ -119,7 +120,7 @@ def port(source, destination, model: str | None = None, to: str | None = None, f
     """
     src = endpoint(source, source_format, key_map)
     dst = endpoint(destination, to, destination=True)
-    name = _model_name(model, src.layout, dst.layout)
+    name = _model_name(model, named_model(src), src.layout, dst.layout)
     check_destination(src, dst, force)
     names = _stacks_for(src.format, dst.format)  # (source's, destination's): may be the same
     stacks = import_stacks(*names)
@@ -147,12 +148,13 @@ def port(source, destination, model: str | None = None, to: str | None = None, f
         return report
 
 
-def _model_name(model: str | None, *ends: KeyMap) -> str:
-    """`--model`, or the model the layouts name; they must agree."""
+def _model_name(model: str | None, in_file: str | None, *ends: KeyMap) -> str:
+    """`--model`, or the model the layouts name, or the one the source file names (a `.keras` file, a
+    canonical safetensors file); the layouts and --model must agree (the file is checked when it is read)."""
     named = {end.model for end in ends if end.model}
-    if model is None and not named:
+    if model is None and not named and in_file is None:
         raise ValueError("name the catalogue model: --model NAME (rosetta models lists them), or a preset with --from/--to")
-    chosen = model or sorted(named)[0]
+    chosen = model or (sorted(named)[0] if named else in_file)
     catalogue.get(chosen)  # an unknown name fails first, listing the known ones
     if named - {chosen}:
         raise ValueError(f"the layouts port model {' and '.join(sorted(named))}, not {chosen!r}")

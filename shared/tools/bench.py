@@ -306,7 +306,7 @@ def _warm_case(bench, case: Case, profile: Profile, device: str) -> tuple:
     call, execution_path = bench.make_call(case.model, case.task, case.impl, case.mode, arrays, case.sizes.tgt_len, device)
     warm = warm_up(call, profile.warmup)
     measured = {"peak_mem_mb": bench.peak_memory_mb(device), "gflop": _gflop(bench, case, arrays), "path": execution_path()}
-    return call, warm, measured
+    return call, warm, {**measured, "ops": _ops(bench, case, arrays)}
 
 
 def _row(bench, stack: str, case: Case, threads: int, device: str) -> dict:
@@ -338,6 +338,20 @@ def _gflop(bench, case: Case, arrays: dict) -> float | None:
     if key not in _GFLOP:
         _GFLOP[key] = bench.count_gflop(case.model, case.task, case.impl, arrays, case.sizes.tgt_len)
     return _GFLOP[key]
+
+
+_OPS: dict[tuple, int | None] = {}  # one count per (model, impl, sizes) and process: the modes share it
+
+
+def _ops(bench, case: Case, arrays: dict) -> int | None:
+    """The ops one eager train step dispatches (the stack's `count_ops`), at the document's sizes and the floor's: with
+    the floor's time, what one op costs the framework. None for other cases."""
+    if case.task != "train_step" or case.sweep not in ("document", "floor"):
+        return None
+    key = (case.model, case.impl, case.sizes)
+    if key not in _OPS:
+        _OPS[key] = bench.count_ops(case.model, case.impl, arrays)
+    return _OPS[key]
 
 
 def _progress_line(row: dict) -> str:

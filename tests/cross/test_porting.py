@@ -347,6 +347,11 @@ def test_a_keras_file_names_its_model_and_config(tmp_path, capsys):
     assert "saved with vocab_size=19" in err and "drop those --set" in err
     assert rosetta(["port", str(tmp_path / "m.keras"), str(tmp_path / "o.pt"), "--model", name]) == 0  # its own config
     (tmp_path / "o.pt").unlink()
+    assert rosetta(["port", str(tmp_path / "m.keras"), str(tmp_path / "o.safetensors")]) == 0  # the file names the model
+    assert "model reverse_luong_dot" in capsys.readouterr().out
+    assert rosetta(["port", str(tmp_path / "o.safetensors"), str(tmp_path / "o.pt")]) == 0  # so does a canonical safetensors
+    for written in ("o.pt", "o.safetensors"):
+        (tmp_path / written).unlink()
     (tmp_path / "bad.keras").write_bytes(b"PK not really a zip")
     err = _port_error(tmp_path, capsys, [str(tmp_path / "bad.keras"), str(tmp_path / "o.pt"), "--model", name, *sets])
     assert "not a loadable .keras file" in err
@@ -354,6 +359,8 @@ def test_a_keras_file_names_its_model_and_config(tmp_path, capsys):
     plain.save(tmp_path / "plain.keras")
     err = _port_error(tmp_path, capsys, [str(tmp_path / "plain.keras"), str(tmp_path / "o.pt"), "--model", name, *sets])
     assert "holds a Sequential, not a catalogue model" in err
+    err = _port_error(tmp_path, capsys, [str(tmp_path / "plain.keras"), str(tmp_path / "o.pt")])
+    assert "name the catalogue model" in err  # negative control: a .keras file of no catalogue model names none
     code = keras.Sequential([keras.Input((3,)), keras.layers.Lambda(lambda x: x * 2)])
     code.save(tmp_path / "code.keras")
     err = _port_error(tmp_path, capsys, [str(tmp_path / "code.keras"), str(tmp_path / "o.pt"), "--model", name, *sets])

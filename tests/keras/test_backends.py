@@ -81,3 +81,39 @@ def test_rosetta_equality_refuses_a_backend_other_than_the_one_keras_runs_on():
     other = next(name for name in backends.BACKENDS if name != BACKEND)
     with pytest.raises(SystemExit, match=f"Keras already runs on {BACKEND}, not {other}"):
         cli.main(["equality", "reverse_rnn", "--backend", other])
+
+
+@pytest.mark.skipif(BACKEND != "jax", reason="JAX only: eagerly it compiles every op for every new shape")
+def test_inference_on_jax_is_one_jitted_program_per_shape_reading_the_current_weights():
+    """`tf_impl.run` on JAX jits the forward pass over the variables' values: the same outputs as the eager pass
+    (`trace` runs eagerly while taps record), one compiled program per input shape, and weights set after the first
+    call are the ones used (negative control: a pass compiled with the weights as constants keeps the old outputs)."""
+    from shared.specs import Sizes
+    from shared.verify.fixtures import make_weights, synthetic_batch
+
+    name = "reverse_bahdanau"
+    model = tf_impl.build(name, "float64")
+    shapes = {key: value.shape for key, value in tf_impl.get_weights(model).items()}
+    batch = synthetic_batch(name, Sizes(3, 6, 6))
+    first = tf_impl.run(model, name, batch)["logits"]
+    tf_impl.set_weights(model, make_weights(name, shapes))
+    jitted = tf_impl.run(model, name, batch)["logits"]
+    eager = tf_impl.trace(model, name, batch)["logits"]
+    assert np.abs(jitted - eager).max() <= 1e-12 and np.abs(first - eager).max() > 1e-3
+    compiled = model._rosetta_jax_inference[1]
+    assert compiled._cache_size() == 1
+    tf_impl.run(model, name, synthetic_batch(name, Sizes(3, 6, 4)))
+    tf_impl.run(model, name, synthetic_batch(name, Sizes(3, 6, 4), seed=1))
+    assert compiled._cache_size() == 2  # one program per shape, not per call
+
+    import jax
+
+    from shared import catalogue
+    from tf_impl.contract import as_tensors, model_outputs
+
+    tensors = as_tensors(model, batch)
+    naive = jax.jit(lambda inputs: model_outputs(model, catalogue.get(name), inputs)["logits"])  # weights as constants
+    before = np.asarray(naive(tensors))
+    tf_impl.set_weights(model, {key: value / 2 for key, value in make_weights(name, shapes).items()})
+    assert np.array_equal(np.asarray(naive(tensors)), before)  # stale: the old weights compiled in
+    assert np.abs(tf_impl.run(model, name, batch)["logits"] - before).max() > 1e-3  # ours reads the new ones

@@ -47,6 +47,7 @@ def _row(model, stack, mode, impl, median, task="train_step", sweep="document", 
            "min_ms": median * 0.8, "repeats": 20, "compile_s": 0.5 if mode != "eager" else None,
            "tokens_per_s": batch * tgt_len / median * 1000, "peak_mem_mb": 512.0,
            "gflop": (GFLOP, AS_WRITTEN_GFLOP)[impl == "as_written"][model] if stack == "torch" else None,
+           "ops": {"torch": 400, "tf": 1200}[stack] if task == "train_step" and sweep == "document" else None,
            "status": "ok", "error": None}  # fmt: skip
     return {**row, **extra}
 
@@ -173,6 +174,24 @@ def test_the_headline_gives_the_lowest_ratio_of_every_mode_and_the_flop_ceiling(
     assert (same["lowest ours/as-written"], same["lowest in"], same["FLOP ceiling"]) == (1.0, "ours is the listing", 1.0)
 
 
+def test_a_lowest_ratio_below_one_says_when_it_is_within_the_repeats_spread():
+    """ours 7.34 ms against as written 7.23 (IQRs 6.6-8.1 and 6.5-8.0 overlap): equal as measured, and the headline says
+    so; 10 ms against 7 (IQRs 9-11 and 6.3-7.7) is slower, said plainly (negative control)."""
+    import pandas as pd
+
+    from shared.tools.report.tables import _lowest_speedup
+
+    def lowest(ours, as_written):
+        rows = [
+            _row("reverse_bahdanau", "torch", "compile", impl, ms) for impl, ms in (("ours", ours), ("as_written", as_written))
+        ]
+        return _lowest_speedup(pd.DataFrame(rows))
+
+    ratio, where = lowest(7.34, 7.23)
+    assert ratio == pytest.approx(7.23 / 7.34) and where == "torch compile, IQRs overlap"
+    assert lowest(10.0, 7.0)[1] == "torch compile" and lowest(5.0, 6.0)[1] == "torch compile"
+
+
 def test_the_ratio_columns_follow_from_the_medians(tmp_path, inputs):
     result, readme = _report(tmp_path, inputs)
     speed = result["tables"]["speed_train_step"]
@@ -191,14 +210,15 @@ def test_the_ratio_columns_follow_from_the_medians(tmp_path, inputs):
     assert " 2.50x |" in readme and "35.0%" in readme
 
 
-def test_a_ratio_outside_the_band_comes_with_each_stacks_floor(tmp_path, inputs):
+def test_a_ratio_outside_the_band_comes_with_where_the_time_goes(tmp_path, inputs):
     """reverse_bahdanau: torch 5 ms, TF 8 ms (0.62x); at 1x2x2 TF still takes 7 ms, torch 1 ms: TF's fixed cost per
-    step alone is 1.4x torch's whole step, said in the sentence; without floor rows the sentence has no floor."""
+    step alone is 1.4x torch's whole step; the eager floors over their ops give what one op costs (10 and 20 µs).
+    Without floor rows there is no such table (negative control)."""
     _, plain = _report(tmp_path, inputs, "plain")
-    assert "reverse_bahdanau (ours" in plain and "floor torch" not in plain
-    for stack, medians in (("torch", (1.0, 2.0)), ("tf", (7.0, 9.0))):
+    assert "reverse_bahdanau (ours" in plain and "Where the time goes" not in plain
+    for stack, medians, ops in (("torch", (1.0, 2.0), 100), ("tf", (7.0, 9.0), 350)):
         rows = [
-            _row("reverse_bahdanau", stack, mode, "ours", median, sweep="floor", sizes=(1, 2, 2))
+            _row("reverse_bahdanau", stack, mode, "ours", median, sweep="floor", sizes=(1, 2, 2), ops=ops)
             for mode, median in zip(("eager", "compile" if stack == "torch" else "function"), medians, strict=True)
         ]
         environment = {**CPU, "stack": stack}
@@ -207,7 +227,13 @@ def test_a_ratio_outside_the_band_comes_with_each_stacks_floor(tmp_path, inputs)
             {"schema": 1, "environment": environment, "rows": rows},
         )
     result, readme = _report(tmp_path, inputs)
-    assert "0.62x, floor torch 1 ms, TF 7 ms: TF's floor alone is 1.40x torch's step" in readme
+    overhead = _pick(result["tables"]["speed_overhead"], model="reverse_bahdanau")
+    assert (overhead["torch ms"], overhead["TF ms"], overhead["floor torch ms"], overhead["floor TF ms"]) == (5, 8, 1, 7)
+    assert overhead["slower floor / faster step"] == pytest.approx(1.4)
+    assert overhead["floors' share of the gap"] == pytest.approx(2.0)  # (7 - 1) / (8 - 5): the gap is all fixed cost
+    assert (overhead["ops torch"], overhead["ops TF"]) == (400, 1200)  # at the document's sizes
+    assert (overhead["µs/op torch"], overhead["µs/op TF"]) == pytest.approx((10.0, 20.0))  # eager floor ms / its ops
+    assert "Where the time goes" in readme and "| reverse_bahdanau |" in readme and " 1.40x |" in readme
     assert set(result["tables"]["speed_train_step"]["sizes"]) == {"32x10x11", "128x8x9"}  # floors stay out of the tables
 
 

@@ -25,8 +25,24 @@ def test_a_smoke_bench_writes_one_result_file_with_every_case(stack, tmp_path):
     assert {row["impl"] for row in rows} == {"ours", "as_written"} and {row["task"] for row in rows} == {"train_step", "greedy"}
     if name == "torch":
         assert all(row["gflop"] > 0 for row in rows)
+    counted = [row["ops"] for row in rows if row["task"] == "train_step"]
+    assert all(count > 0 for count in counted) if backend in ("tensorflow", "torch") else set(counted) == {None}
+    assert {row["ops"] for row in rows if row["task"] == "greedy"} == {None}
     # what ran, and the load of other processes before, during and after each case (in cores; None without /proc)
     assert all(set(row["path"]) == {"cudnn", "compiler", "graph_breaks", "allow_rnn", "cuda_graphs"} for row in rows)
     assert environment["device"] == "gpu" or not any(row["path"]["cudnn"] for row in rows)  # cuDNN: GPUs only
     assert all(set(row["others_busy"]) == {"before", "during", "after"} and "disturbed" in row for row in rows)
     assert not list(tmp_path.rglob("*.tmp*"))
+
+
+def test_the_op_count_is_every_op_of_a_train_step(stack):
+    """The ops one eager train step dispatches follow the unrolled decoder: each further source and target step adds
+    the same number (a count that took in one-off work, such as the first step's Adam state, would not)."""
+    from shared import stacks
+    from shared.specs import Sizes
+    from shared.verify.fixtures import synthetic_batch
+
+    stack_bench = stacks.import_module("torch" if stack.__name__ == "torch_impl" else "tf", "bench")
+    name = "reverse_bahdanau"
+    counts = [stack_bench.count_ops(name, "ours", synthetic_batch(name, Sizes(2, steps, steps))) for steps in (2, 3, 4)]
+    assert counts[0] > 100 and counts[2] - counts[1] == counts[1] - counts[0] > 0, counts

@@ -70,6 +70,27 @@ def _jax_value_and_gradients(compute_loss: Callable, variables: tuple):
     return jitted
 
 
+def jax_inference(model, compute: Callable) -> Callable:
+    """`compute(tensors)` (a pure function of `model`'s variables and `tensors`: inference, no state changes) jitted on
+    JAX over the variables' current values; one jitted function per model, kept on it (the first `compute` stands for
+    every later one: call it with the same computation)."""
+    jitted = getattr(model, "_rosetta_jax_inference", None)
+    if jitted is None:
+        import jax
+
+        variables = list(model.variables)
+
+        def outputs_of(values, tensors):
+            with keras.StatelessScope(state_mapping=list(zip(variables, values, strict=True))):
+                return compute(tensors)
+
+        jitted = jax.jit(outputs_of)
+        object.__setattr__(model, "_rosetta_jax_inference", (variables, jitted))  # past Keras's attribute tracking
+    else:
+        variables, jitted = jitted
+    return lambda tensors: jitted([variable.value for variable in variables], tensors)
+
+
 def value_and_gradients(compute_loss: Callable, variables: list) -> tuple[object, list]:
     """`compute_loss()` and its gradient with respect to each of `variables` (Keras variables), dense (an
     Embedding's IndexedSlices summed per row, as torch reports it); None for a variable the loss does not use."""

@@ -166,7 +166,7 @@ class Model(Seq2SeqBase):
     def decode_teacher_forced(self, tgt_in, hidden, memory, training=False):
         # [B, T, H], [B, T, S]
         features, attention = self.decoder.features_teacher_forced(tgt_in, hidden, *memory, training=training)
-        return self.project(features), attention
+        return self.project_over_time(features), attention
 
 
 def build_model(input_dim: int, output_dim: int, embed_dim: int, hidden_dim: int, n_layers: int, dropout: float,

@@ -13,6 +13,7 @@ from keras import ops
 
 from shared.core.taps import ATTENTION_SCORES, ENCODER_OUTPUTS, ENCODER_STATE, tap
 from tf_impl.fitting import KerasInputs
+from tf_impl.keras_compat import backends
 from tf_impl.keras_compat.serializable import CatalogueModel
 
 
@@ -181,6 +182,17 @@ class Seq2SeqBase(KerasInputs, CatalogueModel, keras.Model):
 
         _, (features, attention) = over_time(step, hidden, tgt_in)
         return self.project(features), attention  # [B, T, V], [B, T, S]
+
+    def project_over_time(self, features):
+        """The output layer over every step's features `[B, T, H]` -> `[B, T, V]`: one product, except on JAX, where
+        XLA's CPU runtime takes longer for document 003's wide output layer as one product than as one per step, as
+        its listing does (its output layer and loss, forward and backward: 450 ms as one [3072 x 512] x [512 x 5893]
+        product, 410 ms as 24 of [128 x 512]; luong_dot, which hoists no work, was 0.95x its listing on JAX side by
+        side, 1.01-1.02x so). Document 004's narrower layer measured faster as one product (614 vs 667 ms): there
+        `project` stays one."""
+        if backends.name() != "jax":
+            return self.project(features)
+        return ops.stack([self.project(step) for step in ops.unstack(features, axis=1)], axis=1)  # [B, T, V]
 
     def translate(self, src, src_len=None, *, max_len: int, sos_id: int, eos_id: int, pad_id: int):
         """Greedy decoding (document 003's `translate`, batched): token ids `[B, L]` and attention `[B, L, S]`.

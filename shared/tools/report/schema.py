@@ -25,7 +25,7 @@ CHOICES = {
 SIZES = ("batch", "src_len", "tgt_len")
 ROW_FIELDS = ("model", "stack", "mode", "impl", "task", "device", "threads", "dtype", "sweep", *SIZES, "status")
 INTEGER_FIELDS = ("threads", "batch", "src_len", "tgt_len")
-NUMBER_FIELDS = ("median_ms", "q25_ms", "q75_ms", "min_ms", "repeats", "compile_s", "tokens_per_s", "peak_mem_mb", "gflop")
+NUMBER_FIELDS = ("median_ms", "q25_ms", "q75_ms", "min_ms", "repeats", "compile_s", "tokens_per_s", "peak_mem_mb", "gflop", "ops")
 FILE_FIELDS = ("machine", "profile", "matmul_gflops", "created", "file")  # taken from the row's file
 # what a row says of its own measurement: why it is disturbed ("" when it is not, None in files before the load was
 # measured) and which path ran (shared.tools.bench's `path`, as text)
@@ -78,6 +78,14 @@ KINDS = {
     "peak MB": "int",
     "torch/TF": "ratio",
     "ours/as-written": "ratio",
+    "floor torch ms": "sig3",
+    "floor TF ms": "sig3",
+    "slower floor / faster step": "ratio",
+    "floors' share of the gap": "share",
+    "ops torch": "int",
+    "ops TF": "int",
+    "µs/op torch": "sig3",
+    "µs/op TF": "sig3",
     "ours/as-written torch": "ratio",
     "ours/as-written TF": "ratio",
     "FLOP ceiling": "ratio",

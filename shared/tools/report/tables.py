@@ -15,6 +15,7 @@ from shared.tools.report.schema import (
     CONTEXT,
     HEADLINE_COLUMNS,
     LABELS,
+    RATIO_BAND,
     SETTING,
     SIZES,
     SPEED_COLUMNS,
@@ -58,6 +59,8 @@ def build_tables(inputs: Inputs) -> tuple[Tables, dict | None]:
     tables.add("loss", loss_table(inputs.summaries or []))
     for task in TASKS:
         tables.add(f"speed_{task}", *speed_table(inputs.rows, task))
+    if "speed_train_step" in tables.numeric:
+        tables.add("speed_overhead", overhead_table(tables.numeric["speed_train_step"], inputs.rows))
     for sweep in SWEEP_SIZE:
         tables.add(f"scaling_{sweep}", *scaling_table(inputs.rows, sweep), kind="sig3")
     return tables, context
@@ -124,8 +127,18 @@ def _headline_record(spec: catalogue.ModelSpec, rows, equality: dict) -> dict:
 def _lowest_speedup(rows) -> tuple[float, str]:
     """The smallest ours/as-written ratio over both stacks' modes and where it was measured ("torch compile");
     (nan, "-") where no mode has both."""
-    ratios = [(_speedup(group), f"{LABELS[stack]} {mode}") for (stack, mode), group in rows.groupby(["stack", "mode"])]
+    ratios = [(_speedup(group), f"{LABELS[stack]} {mode}{_equal_within_spread(group)}")
+              for (stack, mode), group in rows.groupby(["stack", "mode"])]  # fmt: skip
     return min([(ratio, where) for ratio, where in ratios if not math.isnan(ratio)], default=(math.nan, "-"))
+
+
+def _equal_within_spread(rows) -> str:
+    """ ", IQRs overlap" where ours is slower than as written but the two medians' interquartile ranges overlap (the
+    difference is within the repeats' spread: equal, as measured); "" otherwise."""
+    ok = rows[rows["status"] == "ok"].groupby("impl")[["median_ms", "q25_ms", "q75_ms"]].min()
+    if set(ok.index) != {"ours", "as_written"} or ok.loc["ours", "median_ms"] <= ok.loc["as_written", "median_ms"]:
+        return ""
+    return ", IQRs overlap" if ok.loc["ours", "q25_ms"] <= ok.loc["as_written", "q75_ms"] else ""
 
 
 def flop_ceiling(rows) -> float:
@@ -308,6 +321,43 @@ def speed_table(rows, task: str):
     frame["sizes"] = [f"{b}x{s}x{t}" for b, s, t in zip(frame["batch"], frame["src_len"], frame["tgt_len"], strict=True)]
     numeric = frame[list(SPEED_COLUMNS)].rename(columns=SPEED_COLUMNS).reset_index(drop=True)
     return numeric, _speed_shown(numeric)
+
+
+def outside_band(table):
+    """The rows of a speed table (one per setting and impl) whose torch/TF best-mode ratio is beyond RATIO_BAND."""
+    ratios = table.dropna(subset=["torch/TF"]).drop_duplicates([*SETTING[:-3], "sizes", "impl"])
+    return ratios[(ratios["torch/TF"] > RATIO_BAND) | (ratios["torch/TF"] < 1 / RATIO_BAND)]
+
+
+def overhead_table(table, rows):
+    """Where the time goes in each train-step setting of ours outside RATIO_BAND: each stack's best step, its floor (the
+    step at FLOOR_SIZES: what a step costs with almost no arithmetic), the slower stack's floor over the faster's step
+    (beyond RATIO_BAND: no kernel work closes the gap at these sizes), the floors' difference over the steps' (1 or
+    more: the whole gap is fixed cost per step; near 0: it is the work), the ops an eager step dispatches, and what
+    one op costs at the eager floor (µs). None where no outside-band setting has floors in both stacks."""
+    import pandas as pd
+
+    records = []
+    for _, row in outside_band(table[table["impl"] == "ours"]).iterrows():
+        setting_of = {key: row[key] for key in ("model", "machine", "device", "threads", "dtype")}
+        floor = select(rows, sweep="floor", status="ok", impl="ours", **setting_of)
+        if set(floor["stack"]) != set(STACKS):
+            continue
+        steps = select(table, status="ok", impl="ours", **setting_of).groupby("stack")["median ms"].min()
+        slower, faster = ("torch", "tf") if row["torch/TF"] > 1 else ("tf", "torch")
+        record = {"model": row["model"], "threads": row["threads"], "torch/TF": row["torch/TF"]}
+        record |= {f"{LABELS[stack]} ms": steps[stack] for stack in STACKS}
+        record |= {f"floor {LABELS[stack]} ms": floor[floor["stack"] == stack]["median_ms"].min() for stack in STACKS}
+        floors = {stack: record[f"floor {LABELS[stack]} ms"] for stack in STACKS}
+        record["slower floor / faster step"] = floors[slower] / steps[faster]
+        record["floors' share of the gap"] = (floors[slower] - floors[faster]) / (steps[slower] - steps[faster])
+        document = select(rows, sweep="document", status="ok", task="train_step", impl="ours", **setting_of)
+        for stack in STACKS:
+            eager = floor[(floor["stack"] == stack) & (floor["mode"] == "eager")]
+            record[f"ops {LABELS[stack]}"] = document[document["stack"] == stack]["ops"].max()
+            record[f"µs/op {LABELS[stack]}"] = 1000 * (eager["median_ms"] / eager["ops"]).min() if len(eager) else np.nan
+        records.append(record)
+    return pd.DataFrame(records) if records else None
 
 
 def _speed_shown(numeric):
