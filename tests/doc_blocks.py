@@ -357,6 +357,40 @@ def _parse_rosetta(block: Block, line: str, argv: list[str]) -> None:
     assert not code, f"{block.where}: `{line}` does not parse:\n{printed.getvalue()[-2000:]}"
 
 
+# ---------------------------------------------------------------- names in the prose
+
+_DOTTED = re.compile(r"(?<![\w./-])(?:shared|torch_impl|tf_impl)(?:\.[A-Za-z_]\w*)+")
+
+
+def dotted_names(text: str) -> set[str]:
+    """The dotted names of our packages the prose and its inline code mention (`tf_impl.train.load_keras`,
+    `shared.port.convert`): a file path (`shared/port/layouts.py`) is not one."""
+    return {name for name in _DOTTED.findall(prose(text, inline_code=True)) if not name.endswith((".py", ".md"))}
+
+
+def resolve(name: str):
+    """The object `name` names: its longest importable module, then attributes, with every warning an error (the docs
+    must name the new places, never a moved one). AssertionError naming what does not resolve."""
+    import warnings
+
+    parts = name.split(".")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for cut in range(len(parts), 0, -1):
+            module_name = ".".join(parts[:cut])
+            try:
+                found = importlib.import_module(module_name)
+            except ModuleNotFoundError as error:
+                if error.name and (module_name + ".").startswith(error.name + "."):
+                    continue  # this prefix (or its parent) is no module: a shorter one, then attributes
+                raise  # the module exists but an import inside it fails
+            for attribute in parts[cut:]:
+                assert hasattr(found, attribute), f"{name}: {module_name} has no {'.'.join(parts[cut:])}"
+                found = getattr(found, attribute)
+            return found
+    raise AssertionError(f"{name}: no such module")
+
+
 # ---------------------------------------------------------------- links
 
 

@@ -73,3 +73,12 @@ python -c "import numpy as np, torch; assert np.load('three.npy').tolist() == [3
 """
     ran = doc_blocks.run_page(tmp_path / "page.md", tmp_path / "run", frameworks=True, text=text)
     assert ran == ["page.md:4", "page.md:8", "page.md:14"]
+
+
+def test_every_name_the_prose_uses_resolves_at_its_new_place():
+    """Each `shared.…`, `torch_impl.…`, `tf_impl.…` name a page mentions outside its code blocks imports and resolves,
+    with no DeprecationWarning (a page naming a moved place would teach the old one)."""
+    names = {name for page in doc_blocks.PAGES for name in doc_blocks.dotted_names(page.read_text())}
+    assert {"tf_impl.train.load_keras", "shared.port"} <= names  # the scan sees the guides' names
+    for name in sorted(names):
+        doc_blocks.resolve(name)

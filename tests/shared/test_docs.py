@@ -217,3 +217,17 @@ def test_negative_control_broken_links_and_anchors_are_caught(tmp_path):
     broken = doc_blocks.broken_links(_page(tmp_path, text))
     assert broken == ["page.md: nope.md (no file nope.md)", "page.md: other.md#fit (no heading #fit in other.md)",
                       "page.md: img.png (no file img.png)", "page.md: #nowhere (no heading #nowhere in page.md)"]  # fmt: skip
+
+
+def test_negative_control_a_name_that_moved_or_never_was_is_caught():
+    """The prose-name check (tests/cross/test_docs.py) fails on a moved place (its DeprecationWarning is an error), a
+    missing attribute and a missing module; a path to a file is not a name."""
+    assert doc_blocks.resolve("shared.port.render") is not None
+    with pytest.raises(DeprecationWarning, match="shared.port"):
+        doc_blocks.resolve("shared.porting.convert")
+    with pytest.raises(AssertionError, match="has no no_such_name"):
+        doc_blocks.resolve("shared.port.no_such_name")
+    with pytest.raises(AssertionError, match="no such module"):
+        doc_blocks.resolve("shared_nowhere.x")
+    text = "See `shared/port/layouts.py`, `shared.port.convert(torch_model, keras_model)` and shared.cli.main."
+    assert doc_blocks.dotted_names(text) == {"shared.port.convert", "shared.cli.main"}
