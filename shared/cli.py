@@ -46,6 +46,18 @@ def _models(args) -> int:
     return 0
 
 
+def _api(args) -> int:
+    from shared.tools import api_reference
+
+    text = api_reference.render()
+    if args.readme:
+        replace_block(Path(args.readme), "api", text)
+        print(f"rosetta: the public API reference written to {args.readme}")
+    else:
+        print(text)
+    return 0
+
+
 def _fixtures(args) -> int:
     import torch  # noqa: F401  (imported before tensorflow, as everywhere in the suite)
 
@@ -483,6 +495,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--debug", action="store_true", help="on failure, the framework's whole trace (default: one line)")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("models", help="list the catalogue").set_defaults(func=_models)
+    api = commands.add_parser("api", help="the public API reference (each package's __all__), read from the sources")
+    api.add_argument("--readme", help="fill it into this page's api block (docs/api.md) instead of printing it")
+    api.set_defaults(func=_api)
     fixtures = commands.add_parser("fixtures", help="regenerate the golden files with the torch stack (float64)")
     fixtures.add_argument("models", nargs="*", help="catalogue names (default: every built model)")
     fixtures.add_argument("--check", action="store_true", help="write nothing; exit 1 if a file would change")

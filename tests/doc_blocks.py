@@ -51,7 +51,7 @@ SHOWN_LANGUAGES = {"text", "console", "json"}  # json: parsed, never run
 FRAMEWORKS = {"torch", "tensorflow", "keras", "jax", "torch_impl", "tf_impl", "keras_hub"}
 # shared.port is numpy at import, but these import a stack when called (read_weights of a .safetensors file does not)
 FRAMEWORK_CALLS = {f"shared.port.{name}" for name in ("port", "port_own", "convert", "verify")}
-FRAMEWORK_FREE_COMMANDS = {"models", "report", "reproduction"}  # rosetta's subcommands that import no framework
+FRAMEWORK_FREE_COMMANDS = {"models", "report", "reproduction", "api"}  # rosetta's subcommands that import no framework
 BLOCK_SECONDS = 300
 
 _FENCE = re.compile(r"^(?P<indent> {0,3})(?P<fence>`{3,}|~{3,})(?P<info>[^`]*)$")
