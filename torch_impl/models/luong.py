@@ -145,7 +145,7 @@ class Model(Seq2SeqBase):
 
     def decode_teacher_forced(self, tgt_in, hidden, memory):
         features, attention = self.decoder.features_teacher_forced(tgt_in, hidden, *memory)  # [B, T, H], [B, T, S]
-        return self.project(features), attention
+        return self.project_over_time(features), attention
 
 
 def build_model(input_dim: int, output_dim: int, embed_dim: int, hidden_dim: int, n_layers: int, dropout: float,

@@ -126,6 +126,11 @@ class Seq2SeqBase(nn.Module):
             attention.append(weights)
         return self.project(torch.stack(features, 1)), torch.stack(attention, 1)  # [B, T, V], [B, T, S]
 
+    def project_over_time(self, features):
+        """The output layer over every step's features `[B, T, H]` -> `[B, T, V]`: one product here (Keras on JAX runs
+        one per step for document 003, where one wide product is slower: tf_impl's twin says why)."""
+        return self.project(features)  # [B, T, V]
+
     def translate(self, src, src_len=None, *, max_len: int, sos_id: int, eos_id: int, pad_id: int):
         """Greedy decoding (document 003's `translate`, batched): token ids `[B, L]` and attention `[B, L, S]`.
 
