@@ -46,9 +46,8 @@ def _imported_from(tree: ast.Module) -> dict[str, str]:
 
 def _entry(root: Path, package: str, name: str, module: str) -> list[str]:
     """One public name: its heading, signature (or kind), the file it lives in, its docstring."""
-    submodule = f"{module}.{name}"
-    if _module_path(root, submodule) is not None:  # a module exported by name (tf_impl.backends)
-        path = _module_path(root, submodule)
+    path = _module_path(root, f"{module}.{name}")
+    if path is not None:  # a module exported by name (tf_impl.backends)
         return _section(f"{package}.{name}", "module", path, ast.get_docstring(ast.parse(path.read_text())), root)
     path, node = _defined(root, module, name)
     if isinstance(node, ast.ClassDef):
@@ -76,8 +75,9 @@ def _defined(root: Path, module: str, name: str) -> tuple[Path, ast.AST]:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             if any(getattr(target, "id", None) == name for target in targets):
                 return path, node
-    if name in _imported_from(tree):
-        return _defined(root, _imported_from(tree)[name], name)
+    origin = _imported_from(tree).get(name)
+    if origin is not None:
+        return _defined(root, origin, name)
     raise ValueError(f"{path}: defines no {name}")
 
 

@@ -330,17 +330,19 @@ def _failed(row: dict, error: Exception) -> dict:
     return {**row, "status": "failed", "error": message}
 
 
-_GFLOP: dict[tuple, float | None] = {}  # one count per (model, task, impl, sizes): the modes share it
+_COUNTS: dict[tuple, float | None] = {}  # one count per (what, model, task, impl, sizes) and process: the modes share it
+
+
+def _counted(what: str, case: Case, count):
+    """`count()` once per case's work whatever its mode (FLOPs and ops do not depend on how a step is run)."""
+    key = (what, case.model, case.task, case.impl, case.sizes)
+    if key not in _COUNTS:
+        _COUNTS[key] = count()
+    return _COUNTS[key]
 
 
 def _gflop(bench, case: Case, arrays: dict) -> float | None:
-    key = (case.model, case.task, case.impl, case.sizes)
-    if key not in _GFLOP:
-        _GFLOP[key] = bench.count_gflop(case.model, case.task, case.impl, arrays, case.sizes.tgt_len)
-    return _GFLOP[key]
-
-
-_OPS: dict[tuple, int | None] = {}  # one count per (model, impl, sizes) and process: the modes share it
+    return _counted("gflop", case, lambda: bench.count_gflop(case.model, case.task, case.impl, arrays, case.sizes.tgt_len))
 
 
 def _ops(bench, case: Case, arrays: dict) -> int | None:
@@ -348,10 +350,7 @@ def _ops(bench, case: Case, arrays: dict) -> int | None:
     the floor's time, what one op costs the framework. None for other cases."""
     if case.task != "train_step" or case.sweep not in ("document", "floor"):
         return None
-    key = (case.model, case.impl, case.sizes)
-    if key not in _OPS:
-        _OPS[key] = bench.count_ops(case.model, case.impl, arrays)
-    return _OPS[key]
+    return _counted("ops", case, lambda: bench.count_ops(case.model, case.impl, arrays))
 
 
 def _progress_line(row: dict) -> str:

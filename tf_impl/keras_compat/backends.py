@@ -74,8 +74,7 @@ def jax_inference(model, compute: Callable) -> Callable:
     """`compute(tensors)` (a pure function of `model`'s variables and `tensors`: inference, no state changes) jitted on
     JAX over the variables' current values; one jitted function per model, kept on it (the first `compute` stands for
     every later one: call it with the same computation)."""
-    jitted = getattr(model, "_rosetta_jax_inference", None)
-    if jitted is None:
+    if getattr(model, "_rosetta_jax_inference", None) is None:
         import jax
 
         variables = list(model.variables)
@@ -84,10 +83,8 @@ def jax_inference(model, compute: Callable) -> Callable:
             with keras.StatelessScope(state_mapping=list(zip(variables, values, strict=True))):
                 return compute(tensors)
 
-        jitted = jax.jit(outputs_of)
-        object.__setattr__(model, "_rosetta_jax_inference", (variables, jitted))  # past Keras's attribute tracking
-    else:
-        variables, jitted = jitted
+        object.__setattr__(model, "_rosetta_jax_inference", (variables, jax.jit(outputs_of)))  # past Keras's tracking
+    variables, jitted = model._rosetta_jax_inference
     return lambda tensors: jitted([variable.value for variable in variables], tensors)
 
 

@@ -188,7 +188,7 @@ class Seq2SeqBase(KerasInputs, CatalogueModel, keras.Model):
         XLA's CPU runtime takes longer for document 003's wide output layer as one product than as one per step, as
         its listing does (its output layer and loss, forward and backward: 450 ms as one [3072 x 512] x [512 x 5893]
         product, 410 ms as 24 of [128 x 512]; luong_dot, which hoists no work, was 0.95x its listing on JAX side by
-        side, 1.01-1.02x so). Document 004's narrower layer measured faster as one product (614 vs 667 ms): there
+        side, 1.01-1.05x so). Document 004's narrower layer measured faster as one product (614 vs 667 ms): there
         `project` stays one."""
         if backends.name() != "jax":
             return self.project(features)

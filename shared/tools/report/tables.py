@@ -345,10 +345,10 @@ def overhead_table(table, rows):
             continue
         steps = select(table, status="ok", impl="ours", **setting_of).groupby("stack")["median ms"].min()
         slower, faster = ("torch", "tf") if row["torch/TF"] > 1 else ("tf", "torch")
+        floors = floor.groupby("stack")["median_ms"].min()
         record = {"model": row["model"], "threads": row["threads"], "torch/TF": row["torch/TF"]}
         record |= {f"{LABELS[stack]} ms": steps[stack] for stack in STACKS}
-        record |= {f"floor {LABELS[stack]} ms": floor[floor["stack"] == stack]["median_ms"].min() for stack in STACKS}
-        floors = {stack: record[f"floor {LABELS[stack]} ms"] for stack in STACKS}
+        record |= {f"floor {LABELS[stack]} ms": floors[stack] for stack in STACKS}
         record["slower floor / faster step"] = floors[slower] / steps[faster]
         record["floors' share of the gap"] = (floors[slower] - floors[faster]) / (steps[slower] - steps[faster])
         document = select(rows, sweep="document", status="ok", task="train_step", impl="ours", **setting_of)
