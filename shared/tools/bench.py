@@ -33,6 +33,7 @@ from shared.io.atomic import write_atomic
 from shared.specs import Sizes, TrainSpec
 from shared.tools.machine import (
     IDLE_WINDOW_S,
+    SAMPLE_S,
     OthersMeter,
     cpu_model,
     disturbance,
@@ -97,6 +98,7 @@ class Profile:
     warmup: int = 3
     repeats: int = 10
     big_repeats: int = 5  # for cases whose warm call takes over a second
+    sample_s: float = SAMPLE_S  # each timed sample holds as many calls as last this long (machine.time_side_by_side)
     load_window_s: float = IDLE_WINDOW_S  # how long the load probes before and after each case watch
 
 
@@ -124,6 +126,7 @@ PROFILES = {
         warmup=1,
         repeats=2,
         big_repeats=2,
+        sample_s=0.0,  # one call a sample
         load_window_s=0.01,
         floor=False,
     ),
@@ -279,7 +282,7 @@ def _measure_cases(bench, stack: str, group: list[Case], profile: Profile, threa
         load = {"before": others_busy(profile.load_window_s)}
         during = OthersMeter.start()
         calls, warms = [call for call, _, _ in warmed.values()], [warm for _, warm, _ in warmed.values()]
-        timings = time_side_by_side(calls, warms, profile.repeats, profile.big_repeats)
+        timings = time_side_by_side(calls, warms, profile.repeats, profile.big_repeats, profile.sample_s)
         load |= {"during": during.stop(), "after": others_busy(profile.load_window_s)}
     except Exception as error:
         return [_failed(row, error) if index in warmed else row for index, row in enumerate(rows)]

@@ -4,6 +4,7 @@ other processes kept the CPU while a case ran (a benchmark under load measures t
 
 from __future__ import annotations
 
+import math
 import os
 import platform
 import re
@@ -13,21 +14,33 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+SAMPLE_S = 0.05  # each timed sample lasts at least this long: a 2 ms step timed one call at a time measures the scheduler
+MAX_CALLS_PER_SAMPLE = 1000
 
-def time_calls(fn, warmup: int, repeats: int, big_repeats: int) -> dict:
-    """Call `fn` once (first call: compile/trace), `warmup - 1` more times, then time `repeats` calls.
 
-    A case whose second call takes over a second is warm after it: `big_repeats` timed calls follow.
+def time_calls(fn, warmup: int, repeats: int, big_repeats: int, sample_s: float = SAMPLE_S) -> dict:
+    """Call `fn` once (first call: compile/trace), `warmup - 1` more times, then time `repeats` samples.
+
+    A case whose second call takes over a second is warm after it: `big_repeats` samples follow.
     """
-    return time_side_by_side([fn], [warm_up(fn, warmup)], repeats, big_repeats)[0]
+    return time_side_by_side([fn], [warm_up(fn, warmup)], repeats, big_repeats, sample_s)[0]
 
 
 @dataclass(frozen=True)
 class Warm:
-    """How a callable's warm-up went: its first call (compile/trace included) and whether a call takes over a second."""
+    """How a callable's warm-up went: its first call (compile/trace included) and its second (warm) call."""
 
     first_s: float
-    big: bool
+    call_s: float
+
+    @property
+    def big(self) -> bool:
+        """A call takes over a second: fewer samples, one call each."""
+        return self.call_s > 1.0
+
+    def calls_per_sample(self, sample_s: float) -> int:
+        """How many calls one timed sample holds so that it lasts `sample_s` (at least one, at most MAX_CALLS_PER_SAMPLE)."""
+        return min(max(1, math.ceil(sample_s / max(self.call_s, 1e-9))), MAX_CALLS_PER_SAMPLE)
 
 
 def warm_up(fn, warmup: int) -> Warm:
@@ -37,28 +50,32 @@ def warm_up(fn, warmup: int) -> Warm:
     first = time.perf_counter() - started
     started = time.perf_counter()
     fn()
-    big = time.perf_counter() - started > 1.0
-    for _ in range(0 if big else max(warmup - 2, 0)):
+    warm = Warm(first, time.perf_counter() - started)
+    for _ in range(0 if warm.big else max(warmup - 2, 0)):
         fn()
-    return Warm(first, big)
+    return warm
 
 
-def time_side_by_side(fns: list, warms: list[Warm], repeats: int, big_repeats: int) -> list[dict]:
-    """Time warm callables in turns, one call each a round, the order reversed every other round (A B, B A, ...),
+def time_side_by_side(fns: list, warms: list[Warm], repeats: int, big_repeats: int, sample_s: float = SAMPLE_S) -> list[dict]:
+    """Time warm callables in turns, one sample each a round, the order reversed every other round (A B, B A, ...),
     so a drift of the machine (its clock, its caches, another process) falls on all of them alike: the ratio of two
-    implementations measured side by side. `big_repeats` rounds when any call takes over a second."""
+    implementations measured side by side. A sample is as many calls as last `sample_s` (Warm.calls_per_sample), its
+    time per call the sample's mean: a millisecond step timed one call at a time spreads by a quarter on this machine.
+    `big_repeats` rounds when any call takes over a second."""
     rounds = big_repeats if any(warm.big for warm in warms) else repeats
+    numbers = [warm.calls_per_sample(sample_s) for warm in warms]
     times: list[list[float]] = [[] for _ in fns]
     for round_ in range(rounds):
         order = range(len(fns)) if round_ % 2 == 0 else reversed(range(len(fns)))
         for index in order:
             started = time.perf_counter()
-            fns[index]()
-            times[index].append(time.perf_counter() - started)
-    return [_timing(samples, warm) for samples, warm in zip(times, warms, strict=True)]
+            for _ in range(numbers[index]):
+                fns[index]()
+            times[index].append((time.perf_counter() - started) / numbers[index])
+    return [_timing(samples, warm, number) for samples, warm, number in zip(times, warms, numbers, strict=True)]
 
 
-def _timing(times: list[float], warm: Warm) -> dict:
+def _timing(times: list[float], warm: Warm, calls_per_sample: int) -> dict:
     median = statistics.median(times)
     q25, _, q75 = statistics.quantiles(times, n=4, method="inclusive") if len(times) > 1 else (median,) * 3
     return {
@@ -67,6 +84,7 @@ def _timing(times: list[float], warm: Warm) -> dict:
         "q75_ms": q75 * 1e3,
         "min_ms": min(times) * 1e3,
         "repeats": len(times),
+        "calls_per_sample": calls_per_sample,
         "compile_s": max(warm.first_s - median, 0.0),
     }
 

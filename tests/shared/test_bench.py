@@ -73,8 +73,8 @@ def test_time_calls_reports_first_call_as_compile_time_and_quartiles():
 
             time.sleep(0.05)
 
-    timing = machine.time_calls(fn, warmup=2, repeats=4, big_repeats=2)
-    assert len(calls) == 1 + 1 + 4 and timing["repeats"] == 4
+    timing = machine.time_calls(fn, warmup=2, repeats=4, big_repeats=2, sample_s=0.0)
+    assert len(calls) == 1 + 1 + 4 and timing["repeats"] == 4 and timing["calls_per_sample"] == 1
     assert timing["compile_s"] > 0.04
     assert timing["q25_ms"] <= timing["median_ms"] <= timing["q75_ms"]
 
@@ -102,6 +102,32 @@ def test_two_identical_calls_timed_side_by_side_are_equal_where_one_after_the_ot
     warms = [machine.warm_up(clock.call, 3) for _ in range(2)]
     side_by_side = [timing["median_ms"] for timing in machine.time_side_by_side([clock.call] * 2, warms, 10, 5)]
     assert abs(side_by_side[1] / side_by_side[0] - 1) < 0.01
+
+
+class JitteryMachine:
+    """A fake clock on which a step takes 1 ms, and every third 2 ms (the scheduler, a page fault)."""
+
+    def __init__(self):
+        self.now, self.calls = 0.0, 0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def call(self) -> None:
+        self.calls += 1
+        self.now += 2e-3 if self.calls % 3 == 0 else 1e-3
+
+
+def test_a_millisecond_step_is_timed_in_samples_of_many_calls(monkeypatch):
+    """One call a sample, a millisecond step's quartiles are its jitter's (half the median apart here: flagged as
+    disturbed); a sample of 50 ms holds 50 calls and its mean is the step's time."""
+    clock = JitteryMachine()
+    monkeypatch.setattr(machine.time, "perf_counter", clock.perf_counter)
+    one_call = machine.time_calls(clock.call, 3, 10, 5, sample_s=0.0)
+    assert (one_call["q75_ms"] - one_call["q25_ms"]) / one_call["median_ms"] > 0.4  # the naive timing: all jitter
+    sampled = machine.time_calls(clock.call, 3, 10, 5)
+    assert sampled["calls_per_sample"] in (25, 50)  # the warm call took 1 or 2 ms
+    assert abs(sampled["median_ms"] - 4 / 3) < 0.03 and (sampled["q75_ms"] - sampled["q25_ms"]) / sampled["median_ms"] < 0.05
 
 
 def test_a_model_that_is_its_listing_gets_no_as_written_twin():
