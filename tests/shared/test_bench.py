@@ -79,23 +79,33 @@ def test_time_calls_reports_first_call_as_compile_time_and_quartiles():
     assert timing["q25_ms"] <= timing["median_ms"] <= timing["q75_ms"]
 
 
-class DriftingMachine:
-    """A fake clock on which every call takes longer than the one before (a machine warming up, or another process
-    arriving): two identical callables timed one after the other differ, side by side they do not."""
+class FakeMachine:
+    """A fake clock on which the n-th call takes `duration(n)` seconds."""
 
-    def __init__(self):
-        self.now, self.calls = 0.0, 0
+    def __init__(self, duration):
+        self.now, self.calls, self.duration = 0.0, 0, duration
 
     def perf_counter(self) -> float:
         return self.now
 
     def call(self) -> None:
         self.calls += 1
-        self.now += 1e-3 * (1 + 0.05 * self.calls)
+        self.now += self.duration(self.calls)
+
+
+def drifting_machine() -> FakeMachine:
+    """Every call takes longer than the one before (a machine warming up, or another process arriving): two identical
+    callables timed one after the other differ, side by side they do not."""
+    return FakeMachine(lambda n: 1e-3 * (1 + 0.05 * n))
+
+
+def jittery_machine() -> FakeMachine:
+    """A step takes 1 ms, and every third 2 ms (the scheduler, a page fault)."""
+    return FakeMachine(lambda n: 2e-3 if n % 3 == 0 else 1e-3)
 
 
 def test_two_identical_calls_timed_side_by_side_are_equal_where_one_after_the_other_they_are_not(monkeypatch):
-    clock = DriftingMachine()
+    clock = drifting_machine()
     monkeypatch.setattr(machine.time, "perf_counter", clock.perf_counter)
     one_after_other = [machine.time_calls(clock.call, 3, 10, 5)["median_ms"] for _ in range(2)]
     assert one_after_other[1] / one_after_other[0] > 1.3  # the naive order: the second looks 30% slower
@@ -104,24 +114,10 @@ def test_two_identical_calls_timed_side_by_side_are_equal_where_one_after_the_ot
     assert abs(side_by_side[1] / side_by_side[0] - 1) < 0.01
 
 
-class JitteryMachine:
-    """A fake clock on which a step takes 1 ms, and every third 2 ms (the scheduler, a page fault)."""
-
-    def __init__(self):
-        self.now, self.calls = 0.0, 0
-
-    def perf_counter(self) -> float:
-        return self.now
-
-    def call(self) -> None:
-        self.calls += 1
-        self.now += 2e-3 if self.calls % 3 == 0 else 1e-3
-
-
 def test_a_millisecond_step_is_timed_in_samples_of_many_calls(monkeypatch):
     """One call a sample, a millisecond step's quartiles are its jitter's (half the median apart here: flagged as
     disturbed); a sample of 50 ms holds 50 calls and its mean is the step's time."""
-    clock = JitteryMachine()
+    clock = jittery_machine()
     monkeypatch.setattr(machine.time, "perf_counter", clock.perf_counter)
     one_call = machine.time_calls(clock.call, 3, 10, 5, sample_s=0.0)
     assert (one_call["q75_ms"] - one_call["q25_ms"]) / one_call["median_ms"] > 0.4  # the naive timing: all jitter
