@@ -98,7 +98,7 @@ class TorchLSTM(keras.layers.Layer):
     only `h W_hh` a step (the cells take `projected_inputs`): document 003's `luong_general` train step 1,466 ->
     1,377 ms on TensorFlow's XLA, 1,604 -> 1,523 in a tf.function (side by side, 2 threads). Except on JAX, where
     XLA's CPU runtime measured the one product slower than one a step (1,591 -> 1,685 ms), as it does the output
-    layer (tf_impl.models.seq2seq.Seq2SeqBase.project_over_time): there the cells project each step.
+    layer (`backends.products_per_step`): there the cells project each step.
     Args:
         units: hidden size H; num_layers: L; dropout: p between layers.
     """
@@ -109,9 +109,10 @@ class TorchLSTM(keras.layers.Layer):
         self.num_layers = num_layers
         self.dropout = dropout
         self.supports_masking = True  # the mask is passed on to every layer of the stack
+        projected = not backends.products_per_step()
         self.stack = [
             keras.layers.RNN(
-                TorchLSTMCell(units, projected_inputs=backends.name() != "jax", name=f"cell_l{i}", dtype=self.dtype_policy),
+                TorchLSTMCell(units, projected_inputs=projected, name=f"cell_l{i}", dtype=self.dtype_policy),
                 return_sequences=True,
                 return_state=True,
                 zero_output_for_mask=True,  # zero outputs at padded steps, as torch's packing

@@ -190,7 +190,7 @@ class Seq2SeqBase(KerasInputs, CatalogueModel, keras.Model):
         product, 410 ms as 24 of [128 x 512]; luong_dot, which hoists no work, was 0.95x its listing on JAX side by
         side, 1.01-1.05x so). Document 004's narrower layer measured faster as one product (614 vs 667 ms): there
         `project` stays one."""
-        if backends.name() != "jax":
+        if not backends.products_per_step():
             return self.project(features)
         return ops.stack([self.project(step) for step in ops.unstack(features, axis=1)], axis=1)  # [B, T, V]
 

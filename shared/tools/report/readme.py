@@ -4,6 +4,7 @@ scaling, figures."""
 from __future__ import annotations
 
 from shared import catalogue
+from shared.tools.machine import SAMPLE_S
 from shared.tools.report.figures import ReportFigure
 from shared.tools.report.printing import setting
 from shared.tools.report.reading import is_number
@@ -157,8 +158,8 @@ def _speed_section(inputs: Inputs, tables: Tables) -> list[str]:
     if inputs.rows.empty:
         return [*lines, NO_RESULTS, ""]
     lines += [
-        "Medians over repeats (each sample as many calls as last 50 ms) at the documents' sizes (batch x source x "
-        "target length in `sizes`). torch/TF: the "
+        f"Medians over repeats (each sample as many calls as last {SAMPLE_S * 1e3:.0f} ms) at the documents' sizes "
+        "(batch x source x target length in `sizes`). torch/TF: the "
         "best mode of each stack, same machine, device and threads; ours/as-written: as-written ms / ours ms, "
         "same stack and mode; mode/eager: eager ms / this mode's ms (same backend); % matmul peak: the step's GFLOP "
         "per second over the machine's measured matmul GFLOP/s. A TF row whose mode starts with jax- or torch- ran "
