@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from torch_impl.models.seq2seq import gru_cell
+from torch_impl.models.seq2seq import masked_direction
 
 __all__ = ["AdditiveAttention", "Attention", "keras_attention", "masked_gru"]
 
@@ -118,18 +118,9 @@ def masked_recurrence(gru: nn.GRU, x, mask, state, suffix: str = "", zero_output
     """One direction of Keras's masked GRU as a loop (`suffix` "_reverse": the backward direction, over the
     reversed sequence): a pad step keeps `state` and outputs zeros (`zero_output`) or the previous output.
     `x [B, T, E]`, `mask [B, T]`, `state [B, H]` -> outputs `[B, T, H]`, state `[B, H]`."""
-    weight_ih, bias_ih = getattr(gru, f"weight_ih_l0{suffix}"), getattr(gru, f"bias_ih_l0{suffix}")
-    weight_hh, bias_hh = getattr(gru, f"weight_hh_l0{suffix}"), getattr(gru, f"bias_hh_l0{suffix}")
-    input_shares = F.linear(x, weight_ih, bias_ih)  # [B, T, 3H]
-    steps = range(x.shape[1] - 1, -1, -1) if suffix else range(x.shape[1])
-    outputs, output = [None] * x.shape[1], torch.zeros_like(state)
-    for t in steps:
-        new_state = gru_cell(input_shares[:, t], F.linear(state, weight_hh, bias_hh), state)  # [B, H]
-        real = mask[:, t, None]  # [B, 1]
-        state = torch.where(real, new_state, state)
-        output = torch.where(real, new_state, torch.zeros_like(state) if zero_output else output)
-        outputs[t] = output
-    return torch.stack(outputs, 1), state  # [B, T, H], [B, H]
+    weights = [getattr(gru, f"{kind}_l0{suffix}") for kind in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]
+    outputs, (state,) = masked_direction("GRU", x, mask, (state,), weights, reverse=bool(suffix), zero_output=zero_output)
+    return outputs, state  # [B, T, H], [B, H]
 
 
 def repeat_last_output(outputs: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:

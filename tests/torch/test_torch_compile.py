@@ -1,5 +1,6 @@
 """torch.compile traces into the recurrent layers on the CPU (`allow_rnn`, torch_impl.train.compiled): the compiled
-train step must update exactly as eager does, a packed (variable-length) encoder included."""
+train step must update exactly as eager does, a variable-length encoder included (packed in eager; compiled, the
+masked loop `run_masked`, which Dynamo traces without a graph break)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import torch
 import torch_impl
 from shared.verify.equality import assert_close
 from shared.verify.training import EQUALITY_SPEC, fixture_batches, fixture_trainer, step_schedules
+from torch_impl.models.seq2seq import masked_direction, run_masked, run_rnn
 
 
 def _losses_and_weights(name: str, mode: str, batches: list[dict]) -> tuple[list[float], dict]:
@@ -25,7 +27,7 @@ def test_a_compiled_train_step_traced_into_the_recurrent_layers_updates_as_eager
     torch._dynamo.utils.counters.clear()
     compiled_losses, compiled_weights = _losses_and_weights(name, "compile", batches)
     breaks = torch._dynamo.utils.counters["graph_break"]  # off: "Attempted to wrap RNN, GRU, or LSTM" at each layer
-    assert not [reason for reason in breaks if "RNN, GRU, or LSTM" in reason]  # (packing still breaks: not traceable)
+    assert not breaks  # packing would break at `int(batch_sizes[0])`: compiled, the encoder runs `run_masked`
     eager_losses, eager_weights = _losses_and_weights(name, "eager", batches)
     assert_close(np.array(compiled_losses), np.array(eager_losses), 1e-12, what=f"{name}: compiled vs eager losses")
     for key, value in eager_weights.items():
@@ -39,3 +41,53 @@ def test_negative_control_a_compiled_encoder_that_ignored_the_lengths_would_be_c
     packed_losses, _ = _losses_and_weights("luong_general", "eager", batches)
     unpacked_losses, _ = _losses_and_weights("luong_general", "eager", unpacked)
     assert np.max(np.abs(np.array(packed_losses) - np.array(unpacked_losses))) > 1e-6
+
+
+LENGTHS = torch.tensor([7, 3, 5, 1, 6])  # [B]: every row ends at its own step, one after a single step
+
+
+def _outputs_and_gradients(run, rnn, inputs, hidden):
+    """A layer's outputs, final states and the gradients of a loss reading all of them (inputs and weights)."""
+    outputs, final = run(rnn, inputs, LENGTHS, hidden)
+    states = final if isinstance(final, tuple) else (final,)
+    loss = (outputs**2).sum() + sum((state**3).sum() for state in states)
+    return [value.detach() for value in (outputs, *states, *torch.autograd.grad(loss, [inputs, *rnn.parameters()]))]
+
+
+def _layer_and_inputs(kind: type, **options):
+    torch.manual_seed(0)
+    rnn = kind(4, 6, batch_first=True, **options).double()
+    inputs = torch.randn(len(LENGTHS), 7, 4, dtype=torch.float64, requires_grad=True)  # [B, S, I]
+    states = torch.randn(rnn.num_layers * (2 if rnn.bidirectional else 1), len(LENGTHS), 6, dtype=torch.float64)
+    return rnn, inputs, ((states, states / 2) if kind is torch.nn.LSTM else states)
+
+
+@pytest.mark.parametrize(
+    "kind, options",
+    [
+        (torch.nn.GRU, {"bidirectional": True}),  # document 002's encoder
+        (torch.nn.LSTM, {"num_layers": 2}),  # document 003's
+        (torch.nn.GRU, {"bias": False}),
+        (torch.nn.RNN, {"num_layers": 2, "bidirectional": True}),
+    ],
+)
+def test_the_masked_loop_computes_what_packing_computes(kind, options):
+    rnn, inputs, hidden = _layer_and_inputs(kind, **options)
+    packed, masked = (_outputs_and_gradients(run, rnn, inputs, hidden) for run in (run_rnn, run_masked))
+    for number, (want, got) in enumerate(zip(packed, masked, strict=True)):
+        assert_close(got, want, 1e-12, what=f"{kind.__name__} {options}: output/state/gradient {number}")
+
+
+def test_negative_control_a_backward_direction_that_reversed_the_padding_too_would_be_caught():
+    """A backward direction reading each row's padded sequence reversed whole starts on padding, not its last token."""
+    rnn, inputs, hidden = _layer_and_inputs(torch.nn.GRU, bidirectional=True)
+
+    def reversed_whole(rnn, inputs, lengths, hidden):
+        outputs, final = run_masked(rnn, inputs, lengths, hidden)  # [B, S, 2H], [2, B, H]
+        weights = [getattr(rnn, f"{kind}_l0_reverse") for kind in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]
+        every_step = torch.ones(inputs.shape[:2], dtype=torch.bool)  # [B, S]
+        backward, (state,) = masked_direction("GRU", inputs, every_step, (hidden[1],), weights, reverse=True)
+        return torch.cat([outputs[..., : rnn.hidden_size], backward], 2), torch.stack([final[0], state])
+
+    packed, naive = (_outputs_and_gradients(run, rnn, inputs, hidden)[:2] for run in (run_rnn, reversed_whole))
+    assert max(float((a - b).abs().max()) for a, b in zip(packed, naive, strict=True)) > 1e-3

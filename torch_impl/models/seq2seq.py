@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
@@ -48,10 +49,80 @@ def run_rnn(rnn: nn.RNNBase, inputs: torch.Tensor, lengths: torch.Tensor | None,
     """
     if lengths is None:
         return rnn(inputs, hidden)
+    if torch.compiler.is_compiling() and not getattr(rnn, "proj_size", 0):
+        return run_masked(rnn, inputs, lengths, hidden)
     packed = pack_padded_sequence(inputs, lengths.cpu(), batch_first=True, enforce_sorted=False)
     outputs, hidden = rnn(packed, hidden)
     outputs, _ = pad_packed_sequence(outputs, batch_first=True, total_length=inputs.shape[1])  # [B, S, D*H]
     return outputs, hidden
+
+
+def run_masked(rnn: nn.RNNBase, inputs: torch.Tensor, lengths: torch.Tensor, hidden=None):
+    """What `run_rnn` computes by packing, as a loop over steps that holds each row's state past its end and zeroes
+    its outputs there: torch.compile traces this loop (packing breaks its graph and runs the layer eagerly).
+    `inputs [B, S, I]`, `lengths [B]` -> outputs `[B, S, D*H]` and the final state(s) `[L*D, B, H]` in the layer's
+    order (layer-major, forward before backward)."""
+    mask = torch.arange(inputs.shape[1], device=inputs.device) < lengths.to(inputs.device).unsqueeze(1)  # [B, S]
+    directions = 2 if rnn.bidirectional else 1
+    initial = _initial_states(rnn, inputs, hidden)  # per (layer, direction): (h,) or (h, c), each [B, H]
+    x, finals = inputs, []
+    for layer in range(rnn.num_layers):
+        outputs = []
+        for direction in range(directions):
+            suffix = f"_l{layer}" + ("_reverse" if direction else "")
+            weights = [getattr(rnn, f"{kind}{suffix}", None) for kind in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]
+            state = initial[layer * directions + direction]
+            output, final = masked_direction(rnn.mode, x, mask, state, weights, reverse=direction == 1)  # [B, S, H]
+            outputs.append(output)
+            finals.append(final)
+        x = torch.cat(outputs, dim=2)  # [B, S, D*H]
+        if rnn.dropout and rnn.training and layer + 1 < rnn.num_layers:
+            x = F.dropout(x, rnn.dropout, training=True)
+    states = [torch.stack(parts) for parts in zip(*finals, strict=True)]  # each [L*D, B, H]
+    return x, (tuple(states) if rnn.mode == "LSTM" else states[0])
+
+
+def _initial_states(rnn: nn.RNNBase, inputs: torch.Tensor, hidden) -> list[tuple[torch.Tensor, ...]]:
+    """The layer's initial state per (layer, direction), zeros where `hidden` is None: (h,), or (h, c) for an LSTM."""
+    count = rnn.num_layers * (2 if rnn.bidirectional else 1)
+    if hidden is None:
+        zeros = inputs.new_zeros(count, inputs.shape[0], rnn.hidden_size)  # [L*D, B, H]
+        hidden = (zeros, zeros) if rnn.mode == "LSTM" else zeros
+    parts = hidden if rnn.mode == "LSTM" else (hidden,)
+    return [tuple(part[i] for part in parts) for i in range(count)]
+
+
+def masked_direction(mode: str, x, mask, state: tuple, weights: list, reverse: bool = False, zero_output: bool = True):
+    """One direction of one recurrent layer (`mode`: torch's GRU, LSTM, RNN_TANH, RNN_RELU) over `x [B, S, I]`, the
+    steps in reverse order if `reverse`: the inputs' share of the gates in one product, then a cell per step whose
+    new state is kept only where `mask [B, S]` is True; a masked step outputs zeros (`zero_output`) or the previous
+    output (Keras's GRU). `state`: (h,) or (h, c), each `[B, H]`; `weights`: W_ih, W_hh, b_ih, b_hh (None: no bias).
+    -> outputs `[B, S, H]`, the final state tuple."""
+    weight_ih, weight_hh, bias_ih, bias_hh = weights
+    input_shares = F.linear(x, weight_ih, bias_ih)  # [B, S, G*H]
+    outputs, output = [None] * x.shape[1], torch.zeros_like(state[0])  # output: [B, H]
+    for t in range(x.shape[1] - 1, -1, -1) if reverse else range(x.shape[1]):
+        new = _CELLS[mode](input_shares[:, t], F.linear(state[0], weight_hh, bias_hh), state)  # (h, ...) each [B, H]
+        keep = mask[:, t, None]  # [B, 1]
+        state = tuple(torch.where(keep, part, old) for part, old in zip(new, state, strict=True))
+        output = torch.where(keep, new[0], torch.zeros_like(output) if zero_output else output)  # [B, H]
+        outputs[t] = output
+    return torch.stack(outputs, 1), state  # [B, S, H]
+
+
+def _lstm_cell(input_share, hidden_share, state):
+    """torch's LSTM step from its gates' shares `[B, 4H]` (order i, f, g, o) -> (h, c)."""
+    i, f, g, o = (input_share + hidden_share).chunk(4, dim=1)  # [B, H] each
+    c = torch.sigmoid(f) * state[1] + torch.sigmoid(i) * torch.tanh(g)
+    return torch.sigmoid(o) * torch.tanh(c), c
+
+
+_CELLS = {
+    "GRU": lambda input_share, hidden_share, state: (gru_cell(input_share, hidden_share, state[0]),),
+    "LSTM": _lstm_cell,
+    "RNN_TANH": lambda input_share, hidden_share, state: (torch.tanh(input_share + hidden_share),),
+    "RNN_RELU": lambda input_share, hidden_share, state: (torch.relu(input_share + hidden_share),),
+}
 
 
 def _next_input(true_token: torch.Tensor, output: torch.Tensor, forced) -> torch.Tensor:
