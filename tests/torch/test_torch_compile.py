@@ -91,3 +91,16 @@ def test_negative_control_a_backward_direction_that_reversed_the_padding_too_wou
 
     packed, naive = (_outputs_and_gradients(run, rnn, inputs, hidden)[:2] for run in (run_rnn, reversed_whole))
     assert max(float((a - b).abs().max()) for a, b in zip(packed, naive, strict=True)) > 1e-3
+
+
+@pytest.mark.parametrize("allow_rnn, packed", [(True, False), (False, True)])
+def test_compiled_the_encoder_is_a_masked_loop_only_where_dynamo_traces_recurrent_layers(allow_rnn, packed):
+    """On the CPU (`allow_rnn`) the masked loop keeps the graph whole; elsewhere (a GPU: each layer one cuDNN call)
+    the layer stays packed, which breaks the graph."""
+    rnn, inputs, hidden = _layer_and_inputs(torch.nn.GRU, bidirectional=True)
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    with torch._dynamo.config.patch(allow_rnn=allow_rnn):
+        outputs, _ = torch.compile(run_rnn)(rnn, inputs.detach(), LENGTHS, hidden)
+    assert bool(torch._dynamo.utils.counters["graph_break"]) is packed
+    assert_close(outputs.detach(), run_rnn(rnn, inputs, LENGTHS, hidden)[0].detach(), 1e-12, what="compiled encoder")

@@ -27,7 +27,8 @@ def name() -> str:
 def products_per_step() -> bool:
     """Whether a product over a whole sequence runs faster split into one per step: on JAX, whose XLA CPU runtime
     measured document 003's output layer (450 vs 410 ms) and its LSTMs' input projections (1,685 vs 1,591 ms a train
-    step) slower as one product; TensorFlow and torch take the one product."""
+    step), and document 001's Luong GRUs (`seq2seq.run_gru`: 7.6 vs 7.4 ms) slower as one product; TensorFlow and
+    torch take the one product."""
     return name() == "jax"
 
 

@@ -46,11 +46,13 @@ def run_rnn(rnn: nn.RNNBase, inputs: torch.Tensor, lengths: torch.Tensor | None,
 
     Packing makes the final states those of each row's last real token (a bidirectional layer's
     backward pass starts there too) and zeroes the outputs at padded steps: what Keras's masking does.
+    Where torch.compile traces into recurrent layers (`allow_rnn`: torch_impl.train.compiled, on the CPU), the same
+    as `run_masked`'s loop: packing would break the graph there.
     """
     if lengths is None:
         return rnn(inputs, hidden)
-    if torch.compiler.is_compiling() and not getattr(rnn, "proj_size", 0):
-        return run_masked(rnn, inputs, lengths, hidden)
+    if torch.compiler.is_compiling() and torch._dynamo.config.allow_rnn and not getattr(rnn, "proj_size", 0):
+        return run_masked(rnn, inputs, lengths, hidden)  # traced whole; off the CPU each layer stays one cuDNN call
     packed = pack_padded_sequence(inputs, lengths.cpu(), batch_first=True, enforce_sorted=False)
     outputs, hidden = rnn(packed, hidden)
     outputs, _ = pad_packed_sequence(outputs, batch_first=True, total_length=inputs.shape[1])  # [B, S, D*H]
