@@ -21,6 +21,8 @@ FRAMEWORK_METHODS = {"forward": "call"}  # the call method is the only name the 
 # torch's training step is its own loop (forward, clipping, Adam); Keras's is Keras's own (`fit`'s step), on the model
 # compiled with TorchAdam: `keras_model`
 ONE_STACK_MEMBERS = {
+    # Keras's GRU multiplies each step's inputs inside its loop; ours projects them once (torch's nn.GRU does natively)
+    ("models/reverse_task.py", "LuongReverseTask"): {"method encode"},
     ("train.py", "Trainer"): {"method _forward_loss", "method _update_step", "self._forward", "self._update",
                               "self.keras_model", "self.naive_shards"},  # torchrun's ranks: torch's data parallelism
 }  # fmt: skip
@@ -29,7 +31,9 @@ ONE_STACK_FUNCTIONS = {
     "weights.py": {"leaf", "leaves", "assign_through_rules", "attention_variables", "present"},
     "models/tf_tutorial.py": {"keras_initializers"},  # torch starts from Keras's default distributions; Keras has them
     "models/tf_tutorial_mha.py": {"keras_initializers"},
-    "models/seq2seq.py": {"over_time"},  # Keras's fit on TensorFlow traces unknown lengths (ops.scan): torch is eager
+    # Keras's fit on TensorFlow traces unknown lengths (ops.scan): torch is eager; a GRU's inputs projected in one product
+    # (torch's nn.GRU does it natively); packing's masked loop for torch.compile (Keras masks natively)
+    "models/seq2seq.py": {"over_time", "run_gru", "run_masked", "masked_direction"},
     # Keras's `.keras` files; a torch file read and written as arrays in the file's own names, so `rosetta port` can
     # rename them (Keras files are read by path); torch.compile with its recurrent-layer setting (Keras: jit_compile)
     "train.py": {"save_keras", "load_keras", "read_arrays", "write_arrays", "compiled", "traces_recurrent_layers"},

@@ -62,7 +62,8 @@ class ReverseTaskBase(KerasInputs, CatalogueModel, keras.Model):
         return self.decode_hoisted(enc_out, enc_hidden, dec_inputs)
 
     def encode(self, enc_emb):
-        """The encoder over the source embeddings `[B, S, E]` -> outputs `[B, S, H]`, final state `[B, H]`."""
+        """The encoder over the source embeddings `[B, S, E]` -> outputs `[B, S, H]`, final state (torch `[1, B, H]`,
+        Keras `[B, H]`)."""
         return self.encoder(enc_emb)
 
 

@@ -53,12 +53,18 @@ class ReverseTaskBase(nn.Module):
     def decode(self, enc_inputs, dec_inputs) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Logits `[B, T, V]` and the attention weights of every decoder step `[B, T, S]` (None: no attention)."""
         enc_emb = tap(SOURCE_EMBEDDINGS, self.enc_embeddings(enc_inputs))  # [B, S, E]
-        enc_out, enc_hidden = self.encoder(enc_emb)  # [B, S, H], [1, B, H]
+        enc_out, enc_hidden = self.encode(enc_emb)  # [B, S, H], [1, B, H]
         tap(ENCODER_OUTPUTS, enc_out)
         tap(ENCODER_STATE, enc_hidden)
         if self.as_written:
             return self.decode_as_written(enc_out, enc_hidden, dec_inputs)
         return self.decode_hoisted(enc_out, enc_hidden, dec_inputs)
+
+    def encode(self, enc_emb: torch.Tensor):
+        """The encoder over the source embeddings `[B, S, E]` -> outputs `[B, S, H]`, final state (torch `[1, B, H]`,
+        Keras `[B, H]`). torch's nn.GRU projects every step's inputs in one product: the Keras twin's Luong models do
+        it explicitly."""
+        return self.encoder(enc_emb)
 
 
 class ReverseTaskV0(ReverseTaskBase):

@@ -1,0 +1,70 @@
+"""`tf_impl.models.seq2seq.run_gru` (ours for document 001's Luong models: a GRU's inputs projected in one product
+before its loop) computes what Keras's own GRU layer computes: outputs, final state and every gradient."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from shared.verify.equality import assert_close
+
+
+def _gru_and_inputs():
+    from tf_impl.keras_compat.layers import torch_gru
+
+    rng = np.random.default_rng(0)
+    inputs, state = rng.normal(size=(3, 5, 4)), rng.normal(size=(3, 6))  # [B, T, I], [B, H]
+    layer = torch_gru(6, name="gru", dtype="float64")
+    layer.build(inputs.shape)
+    for variable in layer.weights:  # nonzero biases: a misplaced b_hn shows
+        variable.assign(rng.normal(size=variable.shape))
+    return layer, inputs, state
+
+
+def _outputs_and_gradients(run, layer, inputs, state):
+    import tensorflow as tf
+
+    inputs = tf.constant(inputs)
+    with tf.GradientTape() as tape:
+        tape.watch(inputs)
+        outputs, final = run(inputs)
+        loss = tf.reduce_sum(outputs**2) + tf.reduce_sum(final**3)
+    return [np.asarray(value) for value in (outputs, final, *tape.gradient(loss, [inputs, *layer.weights]))]
+
+
+@pytest.mark.parametrize("initial", ["zeros", "given"])
+def test_run_gru_computes_what_kerass_gru_computes(initial):
+    from tf_impl.models.seq2seq import run_gru
+
+    layer, inputs, state = _gru_and_inputs()
+    state = None if initial == "zeros" else state
+    keras_gru = _outputs_and_gradients(lambda x: layer(x, initial_state=state), layer, inputs, state)
+    ours = _outputs_and_gradients(lambda x: run_gru(layer, x, state), layer, inputs, state)
+    for number, (want, got) in enumerate(zip(keras_gru, ours, strict=True)):
+        assert_close(got, want, 1e-12, what=f"output/state/gradient {number}")
+
+
+def test_negative_control_b_hn_outside_the_reset_gate_would_be_caught():
+    """The classic GRU trap (Keras's reset_after=False rule): `r * (h W_hn) + b_hn` for `r * (h W_hn + b_hn)`."""
+    from keras import ops
+
+    from tf_impl.models.seq2seq import over_time
+
+    layer, inputs, state = _gru_and_inputs()
+    cell = layer.cell
+
+    def b_hn_outside(x):
+        def step(h, x_t):
+            x_z, x_r, x_h = ops.split(ops.matmul(x_t, cell.kernel) + cell.bias[0], 3, axis=1)
+            h_z, h_r, h_h = ops.split(ops.matmul(h, cell.recurrent_kernel), 3, axis=1)
+            b_z, b_r, b_h = ops.split(cell.bias[1], 3)
+            z, r = ops.sigmoid(x_z + h_z + b_z), ops.sigmoid(x_r + h_r + b_r)
+            h = z * h + (1 - z) * ops.tanh(x_h + r * h_h + b_h)
+            return h, h
+
+        final, outputs = over_time(step, ops.convert_to_tensor(state), x)
+        return outputs, final
+
+    keras_gru = _outputs_and_gradients(lambda x: layer(x, initial_state=state), layer, inputs, state)
+    naive = _outputs_and_gradients(b_hn_outside, layer, inputs, state)
+    assert np.max(np.abs(naive[0] - keras_gru[0])) > 1e-3
