@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from torch_impl.models.seq2seq import masked_direction
+from torch_impl.models.seq2seq import masked_direction, traces_recurrent_loops
 
 __all__ = ["AdditiveAttention", "Attention", "keras_attention", "masked_gru"]
 
@@ -134,8 +134,9 @@ def repeat_last_output(outputs: torch.Tensor, lengths: torch.Tensor) -> torch.Te
 
 def masked_gru(gru: nn.GRU, x, mask, state=None, zero_output: bool = True):
     """A batch-first `nn.GRU` (either direction count) as Keras's GRU under a mask `[B, T]`: packed when each row
-    is real steps then padding, else a loop. -> outputs `[B, T, D * H]`, final state `[D, B, H]`."""
-    lengths = prefix_lengths(mask)
+    is real steps then padding, else a loop (always under torch.compile on the CPU: packing would break its graph).
+    -> outputs `[B, T, D * H]`, final state `[D, B, H]`."""
+    lengths = None if traces_recurrent_loops() else prefix_lengths(mask)
     if lengths is not None and bool((lengths > 0).all()):
         packed = nn.utils.rnn.pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
         outputs, state = gru(packed, state)

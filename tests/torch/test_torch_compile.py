@@ -21,7 +21,8 @@ def _losses_and_weights(name: str, mode: str, batches: list[dict]) -> tuple[list
     return losses, torch_impl.get_weights(trainer.model)
 
 
-@pytest.mark.parametrize("name", ["reverse_bahdanau", "luong_general"])  # a GRU per decoder step; a packed encoder
+# a GRU per decoder step; a padded encoder (packed in eager); Keras's masks (a masked GRU on each side, in eager packed)
+@pytest.mark.parametrize("name", ["reverse_bahdanau", "luong_general", "tf_tutorial_mha"])
 def test_a_compiled_train_step_traced_into_the_recurrent_layers_updates_as_eager(name):
     batches = list(fixture_batches(name, 3))
     torch._dynamo.utils.counters.clear()

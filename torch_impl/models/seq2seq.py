@@ -51,12 +51,18 @@ def run_rnn(rnn: nn.RNNBase, inputs: torch.Tensor, lengths: torch.Tensor | None,
     """
     if lengths is None:
         return rnn(inputs, hidden)
-    if torch.compiler.is_compiling() and torch._dynamo.config.allow_rnn and not getattr(rnn, "proj_size", 0):
+    if traces_recurrent_loops() and not getattr(rnn, "proj_size", 0):
         return run_masked(rnn, inputs, lengths, hidden)  # traced whole; off the CPU each layer stays one cuDNN call
     packed = pack_padded_sequence(inputs, lengths.cpu(), batch_first=True, enforce_sorted=False)
     outputs, hidden = rnn(packed, hidden)
     outputs, _ = pad_packed_sequence(outputs, batch_first=True, total_length=inputs.shape[1])  # [B, S, D*H]
     return outputs, hidden
+
+
+def traces_recurrent_loops() -> bool:
+    """Whether this runs under torch.compile with Dynamo tracing into recurrent layers (`allow_rnn`:
+    torch_impl.train.compiled, on the CPU): there a masked loop stays in the graph where packing breaks it."""
+    return torch.compiler.is_compiling() and torch._dynamo.config.allow_rnn
 
 
 def run_masked(rnn: nn.RNNBase, inputs: torch.Tensor, lengths: torch.Tensor, hidden=None):
