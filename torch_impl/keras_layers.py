@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from torch_impl.models.seq2seq import masked_direction, traces_recurrent_loops
+from torch_impl.models.seq2seq import masked_layers, traces_recurrent_loops
 
 __all__ = ["AdditiveAttention", "Attention", "keras_attention", "masked_gru"]
 
@@ -114,15 +114,6 @@ def prefix_lengths(mask: torch.Tensor) -> torch.Tensor | None:
     return lengths if bool(torch.equal(positions < lengths.unsqueeze(1), mask)) else None
 
 
-def masked_recurrence(gru: nn.GRU, x, mask, state, suffix: str = "", zero_output: bool = True):
-    """One direction of Keras's masked GRU as a loop (`suffix` "_reverse": the backward direction, over the
-    reversed sequence): a pad step keeps `state` and outputs zeros (`zero_output`) or the previous output.
-    `x [B, T, E]`, `mask [B, T]`, `state [B, H]` -> outputs `[B, T, H]`, state `[B, H]`."""
-    weights = [getattr(gru, f"{kind}_l0{suffix}") for kind in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]
-    outputs, (state,) = masked_direction("GRU", x, mask, (state,), weights, reverse=bool(suffix), zero_output=zero_output)
-    return outputs, state  # [B, T, H], [B, H]
-
-
 def repeat_last_output(outputs: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     """Packed outputs `[B, T, H]` (zeros after each row's end) as Keras's masked GRU leaves them: each pad step
     repeats the row's last real output (a row without one stays zero)."""
@@ -142,11 +133,7 @@ def masked_gru(gru: nn.GRU, x, mask, state=None, zero_output: bool = True):
         outputs, state = gru(packed, state)
         outputs, _ = nn.utils.rnn.pad_packed_sequence(outputs, batch_first=True, total_length=x.shape[1])  # [B, T, D * H]
         return (outputs if zero_output else repeat_last_output(outputs, lengths)), state
-    zeros = x.new_zeros(x.shape[0], gru.hidden_size)  # [B, H]
-    suffixes = ["", "_reverse"][: 2 if gru.bidirectional else 1]
-    states = [zeros if state is None else state[i] for i in range(len(suffixes))]  # [B, H] each
-    runs = [masked_recurrence(gru, x, mask, first, sfx, zero_output) for first, sfx in zip(states, suffixes, strict=True)]
-    return torch.cat([out for out, _ in runs], -1), torch.stack([last for _, last in runs])
+    return masked_layers(gru, x, mask, state, zero_output)
 
 
 def keras_attention(mha: nn.MultiheadAttention, query, context, query_mask, key_mask):

@@ -71,6 +71,12 @@ def run_masked(rnn: nn.RNNBase, inputs: torch.Tensor, lengths: torch.Tensor, hid
     `inputs [B, S, I]`, `lengths [B]` -> outputs `[B, S, D*H]` and the final state(s) `[L*D, B, H]` in the layer's
     order (layer-major, forward before backward)."""
     mask = torch.arange(inputs.shape[1], device=inputs.device) < lengths.to(inputs.device).unsqueeze(1)  # [B, S]
+    return masked_layers(rnn, inputs, mask, hidden)
+
+
+def masked_layers(rnn: nn.RNNBase, inputs: torch.Tensor, mask: torch.Tensor, hidden=None, zero_output: bool = True):
+    """Every layer and direction of `rnn` over `inputs [B, S, I]` as `masked_direction` loops under `mask [B, S]` (any
+    pattern: packing's, or a Keras mask with pads inside a row) -> outputs `[B, S, D*H]`, final state(s) `[L*D, B, H]`."""
     directions = 2 if rnn.bidirectional else 1
     initial = _initial_states(rnn, inputs, hidden)  # per (layer, direction): (h,) or (h, c), each [B, H]
     x, finals = inputs, []
@@ -80,7 +86,7 @@ def run_masked(rnn: nn.RNNBase, inputs: torch.Tensor, lengths: torch.Tensor, hid
             suffix = f"_l{layer}" + ("_reverse" if direction else "")
             weights = [getattr(rnn, f"{kind}{suffix}", None) for kind in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]
             state = initial[layer * directions + direction]
-            output, final = masked_direction(rnn.mode, x, mask, state, weights, reverse=direction == 1)  # [B, S, H]
+            output, final = masked_direction(rnn.mode, x, mask, state, weights, direction == 1, zero_output)  # [B, S, H]
             outputs.append(output)
             finals.append(final)
         x = torch.cat(outputs, dim=2)  # [B, S, D*H]
@@ -108,12 +114,13 @@ def masked_direction(mode: str, x, mask, state: tuple, weights: list, reverse: b
     -> outputs `[B, S, H]`, the final state tuple."""
     weight_ih, weight_hh, bias_ih, bias_hh = weights
     input_shares = F.linear(x, weight_ih, bias_ih)  # [B, S, G*H]
-    outputs, output = [None] * x.shape[1], torch.zeros_like(state[0])  # output: [B, H]
+    zeros = torch.zeros_like(state[0])  # [B, H]
+    outputs, output = [None] * x.shape[1], zeros
     for t in range(x.shape[1] - 1, -1, -1) if reverse else range(x.shape[1]):
         new = _CELLS[mode](input_shares[:, t], F.linear(state[0], weight_hh, bias_hh), state)  # (h, ...) each [B, H]
         keep = mask[:, t, None]  # [B, 1]
         state = tuple(torch.where(keep, part, old) for part, old in zip(new, state, strict=True))
-        output = torch.where(keep, new[0], torch.zeros_like(output) if zero_output else output)  # [B, H]
+        output = torch.where(keep, new[0], zeros if zero_output else output)  # [B, H]
         outputs[t] = output
     return torch.stack(outputs, 1), state  # [B, S, H]
 
