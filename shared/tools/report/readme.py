@@ -92,23 +92,25 @@ def _headline_section(inputs: Inputs, tables: Tables, context: dict | None) -> l
             "slower). ours/as-written = as-written ms / ours ms, torch eager and TF tf.function (how each stack's code "
             "usually runs; above 1: ours faster), and the lowest over every mode of both stacks, timed side by side; "
             "FLOP ceiling = as-written FLOPs / ours: the speed-up the arithmetic allows (1.00x: ours saves steps, not "
-            f"FLOPs). {_speedup_targets(tables)}"
+            "FLOPs); a mode's ceiling after the floor counts the step's fixed cost, which no hoisting shortens (the "
+            f"speed section's last table). {_speedup_targets(tables)}"
         )
     return ["## Headline", "", where, "", *tables.markdown("headline")]
 
 
 def _speedup_targets(tables: Tables) -> str:
-    """The sentence naming the models below SPEEDUP_TARGET over as written although their FLOP ceiling allows it."""
-    headline = tables.numeric.get("headline")
-    if headline is None:
+    """The sentence naming the models below SPEEDUP_TARGET over as written although their ceiling after the floor
+    allows it (tables.below_target_table)."""
+    if "headline" not in tables.numeric:
         return ""
-    lowest = headline["lowest ours/as-written"]
-    targets = headline[(lowest < SPEEDUP_TARGET) & (headline["FLOP ceiling"] >= SPEEDUP_TARGET)]
-    if targets.empty:
-        return f"Every ratio below {SPEEDUP_TARGET}x is bounded by its FLOP ceiling."
-    ratio = "{0[model]} ({0[lowest ours/as-written]:.2f}x {0[lowest in]}, ceiling {0[FLOP ceiling]:.2f}x)"
-    items = [ratio.format(row) for _, row in targets.iterrows()]
-    return f"Below {SPEEDUP_TARGET}x with a higher ceiling (targets): {'; '.join(items)}."
+    below = tables.numeric.get("speedup_below_target")
+    targets = [] if below is None else below[below["verdict"] == "target"]
+    if not len(targets):
+        return f"Every ratio below {SPEEDUP_TARGET}x is bounded by its ceiling after the floor (the speed section's table)."
+    worst = targets.sort_values("ours/as-written").drop_duplicates("model")
+    ratio = "{0[model]} ({0[ours/as-written]:.2f}x {0[stack]} {0[mode]}, ceiling after floor {0[ceiling after floor]:.2f}x)"
+    items = [ratio.format(row) for _, row in worst.iterrows()]
+    return f"Below {SPEEDUP_TARGET}x although the ceiling after the floor allows it (targets): {'; '.join(items)}."
 
 
 def _equality_section(inputs: Inputs, tables: Tables) -> list[str]:
@@ -179,7 +181,27 @@ def _speed_section(inputs: Inputs, tables: Tables) -> list[str]:
             continue
         lines += [*tables.markdown(name), *_outside_band(tables.numeric[name], tables, task)]
         lines += _failures(tables.numeric[name])
-    return lines
+    return lines + _below_target(tables)
+
+
+def _below_target(tables: Tables) -> list[str]:
+    """The modes where ours is below SPEEDUP_TARGET over as written, each with its ceiling after the floor."""
+    if "speedup_below_target" not in tables.numeric:
+        return []
+    return [
+        f"### Below {SPEEDUP_TARGET}x over as written",
+        "",
+        f"Every mode of the headline setting where ours is below {SPEEDUP_TARGET}x over the listing although the FLOP "
+        f"ceiling is {SPEEDUP_TARGET}x or more (below it, the headline's FLOP ceiling bounds the ratio). The FLOP ceiling "
+        "(as-written FLOPs / ours, matmuls counted by torch) assumes the whole step scales with its arithmetic; a step "
+        "also has a fixed cost, the floor (ours at batch 1, 2 source and 2 target steps, same stack and mode: dispatch, "
+        "the optimizer's per-variable work, Keras's train_on_batch), which no hoisting shortens. ceiling after floor = "
+        "as-written / (floor + (as-written - floor) / FLOP ceiling): what ours could reach if the time above the floor "
+        "fell with the FLOPs (an upper bound: the floor's 2 steps undercount a 10-step loop's fixed cost). verdict: "
+        f"target where that allows {SPEEDUP_TARGET}x, bounded where it does not (no floor measured: the FLOP ceiling).",
+        "",
+        *tables.markdown("speedup_below_target"),
+    ]
 
 
 def _outside_band(table, tables: Tables, task: str) -> list[str]:

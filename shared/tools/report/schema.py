@@ -90,6 +90,9 @@ KINDS = {
     "ours/as-written torch": "ratio",
     "ours/as-written TF": "ratio",
     "FLOP ceiling": "ratio",
+    "ceiling after floor": "ratio",
+    "as-written ms": "sig3",
+    "floor ms": "sig3",
     "lowest ours/as-written": "ratio",
     "mode/eager": "ratio",
     "% matmul peak": "pct",
@@ -107,7 +110,7 @@ FORMATS.update(f3="{:.3f}", f4="{:.4f}", text="{:g}")
 HEADLINE_COLUMNS = ["model", "document", "torch ms", "torch mode", "TF ms", "TF mode", "torch/TF"]
 HEADLINE_COLUMNS += ["ours/as-written torch", "ours/as-written TF", "lowest ours/as-written", "lowest in", "FLOP ceiling"]
 HEADLINE_COLUMNS += ["max abs diff float64", "quantity", "greedy ids equal"]
-SPEEDUP_TARGET = 1.5  # ours/as-written wanted wherever the FLOP ceiling allows it
+SPEEDUP_TARGET = 1.5  # ours/as-written wanted wherever the FLOP ceiling, after the step's floor, allows it
 SPEED_COLUMNS = {
     "model": "model",
     "stack": "stack",
