@@ -49,15 +49,16 @@ def thread_settings() -> dict:
     return backends.thread_settings()
 
 
-def matmul_gflops(device: str) -> float:
-    """The median float32 GFLOP/s of a square matmul (shared.tools.bench.MATMUL_SIZE): this machine's peak."""
-    n = machine.MATMUL_SIZE[device]
+def matmul_gflops(device: str, n: int | None = None, repeats: int = 10) -> float:
+    """The median float32 GFLOP/s of a square n x n matmul; n defaults to machine.MATMUL_SIZE: this machine's peak
+    (machine.PACE_SIZE: the pace probe of machine.slow_phase)."""
+    n = n or machine.MATMUL_SIZE[device]
     a = keras.random.normal((n, n), dtype="float32")
 
     def product() -> None:
         keras.ops.convert_to_numpy(keras.ops.matmul(a, a)[0, 0])  # one element back to the host: waits for the product
 
-    return machine.matmul_rate(product, n)
+    return machine.matmul_rate(product, n, repeats)
 
 
 def start_case(device: str) -> None:

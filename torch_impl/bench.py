@@ -44,9 +44,10 @@ def thread_settings() -> dict[str, int]:
     return {"intra_op": torch.get_num_threads(), "inter_op": torch.get_num_interop_threads()}
 
 
-def matmul_gflops(device: str) -> float:
-    """The median float32 GFLOP/s of a square matmul (shared.tools.bench.MATMUL_SIZE): this machine's peak."""
-    n = machine.MATMUL_SIZE[device]
+def matmul_gflops(device: str, n: int | None = None, repeats: int = 10) -> float:
+    """The median float32 GFLOP/s of a square n x n matmul; n defaults to machine.MATMUL_SIZE: this machine's peak
+    (machine.PACE_SIZE: the pace probe of machine.slow_phase)."""
+    n = n or machine.MATMUL_SIZE[device]
     a = torch.randn(n, n, device="cuda" if device == "gpu" else "cpu")
 
     def product() -> None:
@@ -54,7 +55,7 @@ def matmul_gflops(device: str) -> float:
         if device == "gpu":
             torch.cuda.synchronize()
 
-    return machine.matmul_rate(product, n)
+    return machine.matmul_rate(product, n, repeats)
 
 
 def start_case(device: str) -> None:

@@ -33,6 +33,8 @@ from shared.io.atomic import write_atomic
 from shared.specs import Sizes, TrainSpec
 from shared.tools.machine import (
     IDLE_WINDOW_S,
+    PACE_REPEATS,
+    PACE_SIZE,
     SAMPLE_S,
     OthersMeter,
     cpu_model,
@@ -40,6 +42,7 @@ from shared.tools.machine import (
     git_commit,
     machine_slug,
     others_busy,
+    slow_phase,
     thread_environment,
     time_side_by_side,
     warm_up,
@@ -219,6 +222,7 @@ def measure(stack: str, profile: Profile, threads: int, results_dir, progress=pr
         rows += _measure_cases(bench, stack, group, profile, threads, device)
         for row in rows[-len(group) :]:
             progress(_progress_line(row))
+    rows = flag_slow_phases(rows)
     payload = {"schema": SCHEMA, "environment": environment, "rows": rows}
     output = result_path(results_dir, environment)
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -279,11 +283,12 @@ def _measure_cases(bench, stack: str, group: list[Case], profile: Profile, threa
     if not warmed:
         return rows
     try:
-        load = {"before": others_busy(profile.load_window_s)}
+        load, pace = {"before": others_busy(profile.load_window_s)}, {"before": _pace(bench, device)}
         during = OthersMeter.start()
         calls, warms = [call for call, _, _ in warmed.values()], [warm for _, warm, _ in warmed.values()]
         timings = time_side_by_side(calls, warms, profile.repeats, profile.big_repeats, profile.sample_s)
         load |= {"during": during.stop(), "after": others_busy(profile.load_window_s)}
+        pace["after"] = _pace(bench, device)
     except Exception as error:
         return [_failed(row, error) if index in warmed else row for index, row in enumerate(rows)]
     for (index, (_, _, measured)), timing in zip(warmed.items(), timings, strict=True):
@@ -295,12 +300,30 @@ def _measure_cases(bench, stack: str, group: list[Case], profile: Profile, threa
             "tokens_per_s": tokens / (timing["median_ms"] / 1e3),
             **measured,
             "others_busy": load,
+            "pace_gflops": pace,
             "disturbed": disturbance(timing, load),
             "timed_with": [other.impl for other in group if other is not case],
             "status": "ok",
             "error": None,
         }
     return rows
+
+
+def _pace(bench, device: str) -> float | None:
+    """The stack's GFLOP/s on a small product (machine.slow_phase); None on a GPU, whose pace this does not measure."""
+    return bench.matmul_gflops(device, PACE_SIZE, PACE_REPEATS) if device == "cpu" else None
+
+
+def flag_slow_phases(rows: list[dict]) -> list[dict]:
+    """`rows`, each timed in one of the machine's slow phases (its pace before and after it below the run's best by
+    more than machine.PACE_LIMIT) flagged as disturbed, with the reason added to any it had."""
+    paces = [max(row["pace_gflops"].values()) for row in rows if None not in row.get("pace_gflops", {None: None}).values()]
+    best = max(paces, default=None)
+    flagged = []
+    for row in rows:
+        reasons = [row.get("disturbed"), slow_phase(row.get("pace_gflops"), best)]
+        flagged.append({**row, "disturbed": "; ".join(filter(None, reasons)) or None} if "disturbed" in row else row)
+    return flagged
 
 
 def _warm_case(bench, case: Case, profile: Profile, device: str) -> tuple:

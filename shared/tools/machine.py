@@ -90,10 +90,13 @@ def _timing(times: list[float], warm: Warm, calls_per_sample: int) -> dict:
 
 
 MATMUL_SIZE = {"cpu": 1024, "gpu": 8192}  # the square float32 product that measures a machine's peak
+PACE_SIZE = 128  # a product small enough that waking the framework's threads is much of its time (machine.slow_phase)
+PACE_REPEATS = 20
+PACE_LIMIT = 0.85  # a case timed while the pace stayed below this share of the run's best is flagged
 
 
-def matmul_rate(product, n: int) -> float:
-    """GFLOP/s of `product()` (one n x n matmul that waits for its result): median of 10 after 3 warm-ups."""
+def matmul_rate(product, n: int, repeats: int = 10) -> float:
+    """GFLOP/s of `product()` (one n x n matmul that waits for its result): median of `repeats` after 3 warm-ups."""
 
     def once() -> float:
         started = time.perf_counter()
@@ -102,7 +105,7 @@ def matmul_rate(product, n: int) -> float:
 
     for _ in range(3):
         once()
-    return 2 * n**3 / statistics.median(once() for _ in range(10)) / 1e9
+    return 2 * n**3 / statistics.median(once() for _ in range(repeats)) / 1e9
 
 
 def cpu_model() -> str:
@@ -207,6 +210,20 @@ def others_busy(window_s: float = IDLE_WINDOW_S) -> float | None:
     meter = OthersMeter.start()
     time.sleep(window_s)
     return meter.stop()
+
+
+def slow_phase(pace: dict | None, best: float | None) -> str | None:
+    """Why a case ran in one of the machine's slow phases, or None. `pace`: the framework's GFLOP/s on a PACE_SIZE
+    product just before and just after the case (None on a GPU); `best`: the run's highest. On this shared virtual
+    machine, waking a framework's second thread costs more in some phases (seconds long, no other process busy):
+    a 2 ms step of small ops then runs 60% slower, and this product 25-30% slower, where the load probes see nothing.
+    Flagged where both probes fall below PACE_LIMIT of the best (one slow probe alone may be noise)."""
+    if not pace or best is None or any(value is None for value in pace.values()):
+        return None
+    share = max(pace.values()) / best
+    return (
+        f"slow phase: a {PACE_SIZE}x{PACE_SIZE} matmul ran at {share:.0%} of this run's best pace" if share < PACE_LIMIT else None
+    )
 
 
 def disturbance(timing: dict, load: dict) -> str | None:

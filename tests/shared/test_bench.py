@@ -204,3 +204,25 @@ def test_a_case_is_flagged_for_load_or_spread_and_a_quiet_one_is_not():
     assert loaded == "during: other processes kept 0.93 cores busy; after: other processes kept 0.40 cores busy"
     spread = machine.disturbance({"median_ms": 10.0, "q25_ms": 8.0, "q75_ms": 13.0}, {"during": 0.0})
     assert spread == "spread: IQR 50% of the median"
+
+
+def test_a_case_timed_in_a_slow_phase_of_the_machine_is_flagged_and_one_slow_probe_alone_is_not():
+    """This machine has phases, seconds long, in which waking a framework's second thread costs more: a 128x128
+    matmul measured 26 us then 34 (a 2 ms step of small ops 60% slower) while no other process ran. A case whose pace
+    probes, before and after it, both stay below 85% of the run's best is flagged, its other reasons kept; one slow
+    probe is not enough (noise), a GPU's rows carry no pace. Negative control: the load and spread checks alone pass
+    the slow case."""
+    from shared.tools.bench import flag_slow_phases
+
+    def row(before, after, disturbed=None):
+        return {"median_ms": 17.0, "q25_ms": 16.8, "q75_ms": 17.2, "pace_gflops": {"before": before, "after": after},
+                "others_busy": {"before": 0.0, "during": 0.0, "after": 0.0}, "disturbed": disturbed}  # fmt: skip
+
+    slow, noisy, fast, spread = row(123.0, 121.0), row(120.0, 160.0), row(161.0, 158.0), row(124.0, 125.0, "spread: IQR 30%")
+    failed, gpu = {"status": "failed"}, row(None, None)
+    flagged = flag_slow_phases([slow, noisy, fast, spread, failed, gpu])
+    assert flagged[0]["disturbed"] == "slow phase: a 128x128 matmul ran at 76% of this run's best pace"
+    assert flagged[3]["disturbed"] == "spread: IQR 30%; slow phase: a 128x128 matmul ran at 78% of this run's best pace"
+    assert [row["disturbed"] for row in (flagged[1], flagged[2], flagged[5])] == [None, None, None]
+    assert flagged[4] == failed
+    assert machine.disturbance(slow, slow["others_busy"]) is None  # what the bench flagged before: nothing

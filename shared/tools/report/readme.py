@@ -167,7 +167,9 @@ def _speed_section(inputs: Inputs, tables: Tables) -> list[str]:
         "per second over the machine's measured matmul GFLOP/s. A TF row whose mode starts with jax- or torch- ran "
         "Keras on that Keras 3 backend (`rosetta bench --keras-backend`); the other TF rows, on TensorFlow. flag: "
         "ok, or why the row's time cannot be trusted (other processes kept the CPU busy before, during or after it, "
-        "or its repeats spread too far); - where the result file predates load measurement. The CSV's `ran` "
+        "its repeats spread too far, or it ran in one of the machine's slow phases: a small matmul timed just before "
+        "and after it ran below 85% of the run's best pace); - where the result file predates load measurement. The "
+        "CSV's `ran` "
         "column says which path executed (compiler, graph breaks, cuDNN, CUDA graphs).",
         "",
     ]
