@@ -58,6 +58,12 @@ def matmul_gflops(device: str, n: int | None = None, repeats: int = 10) -> float
     return machine.matmul_rate(product, n, repeats)
 
 
+def pace_gflops(device: str) -> float | None:
+    """GFLOP/s on a machine.PACE_SIZE product (median of machine.PACE_REPEATS), the probe of machine.slow_phase: at
+    this size waking the intra-op thread is much of the time. None on a GPU."""
+    return matmul_gflops(device, machine.PACE_SIZE, machine.PACE_REPEATS) if device == "cpu" else None
+
+
 def start_case(device: str) -> None:
     """Before a case: reset the peak memory counters and Dynamo's count of graph breaks."""
     if device == "gpu":

@@ -33,8 +33,6 @@ from shared.io.atomic import write_atomic
 from shared.specs import Sizes, TrainSpec
 from shared.tools.machine import (
     IDLE_WINDOW_S,
-    PACE_REPEATS,
-    PACE_SIZE,
     SAMPLE_S,
     OthersMeter,
     cpu_model,
@@ -310,8 +308,8 @@ def _measure_cases(bench, stack: str, group: list[Case], profile: Profile, threa
 
 
 def _pace(bench, device: str) -> float | None:
-    """The stack's GFLOP/s on a small product (machine.slow_phase); None on a GPU, whose pace this does not measure."""
-    return bench.matmul_gflops(device, PACE_SIZE, PACE_REPEATS) if device == "cpu" else None
+    """The stack's pace (machine.slow_phase): its GFLOP/s on a small product; None where it has none (a GPU, Keras)."""
+    return bench.pace_gflops(device)
 
 
 def flag_slow_phases(rows: list[dict]) -> list[dict]:

@@ -32,8 +32,9 @@ def test_a_smoke_bench_writes_one_result_file_with_every_case(stack, tmp_path):
     assert all(set(row["path"]) == {"cudnn", "compiler", "graph_breaks", "allow_rnn", "cuda_graphs"} for row in rows)
     assert environment["device"] == "gpu" or not any(row["path"]["cudnn"] for row in rows)  # cuDNN: GPUs only
     assert all(set(row["others_busy"]) == {"before", "during", "after"} and "disturbed" in row for row in rows)
-    paces = [pace for row in rows for pace in row["pace_gflops"].values()]  # the small product before and after each
-    assert all(pace is None for pace in paces) if environment["device"] == "gpu" else all(pace > 0 for pace in paces)
+    paces = [pace for row in rows for pace in row["pace_gflops"].values()]  # torch's small product before and after each
+    probed = name == "torch" and environment["device"] == "cpu"  # Keras's dispatch swamps it: no pace (tf_impl.bench)
+    assert all(pace > 0 for pace in paces) if probed else set(paces) == {None}
     assert not list(tmp_path.rglob("*.tmp*"))
 
 
