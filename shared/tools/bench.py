@@ -281,12 +281,12 @@ def _measure_cases(bench, stack: str, group: list[Case], profile: Profile, threa
     if not warmed:
         return rows
     try:
-        load, pace = {"before": others_busy(profile.load_window_s)}, {"before": _pace(bench, device)}
+        load, pace = {"before": others_busy(profile.load_window_s)}, {"before": bench.pace_gflops(device)}
         during = OthersMeter.start()
         calls, warms = [call for call, _, _ in warmed.values()], [warm for _, warm, _ in warmed.values()]
         timings = time_side_by_side(calls, warms, profile.repeats, profile.big_repeats, profile.sample_s)
         load |= {"during": during.stop(), "after": others_busy(profile.load_window_s)}
-        pace["after"] = _pace(bench, device)
+        pace["after"] = bench.pace_gflops(device)
     except Exception as error:
         return [_failed(row, error) if index in warmed else row for index, row in enumerate(rows)]
     for (index, (_, _, measured)), timing in zip(warmed.items(), timings, strict=True):
@@ -305,11 +305,6 @@ def _measure_cases(bench, stack: str, group: list[Case], profile: Profile, threa
             "error": None,
         }
     return rows
-
-
-def _pace(bench, device: str) -> float | None:
-    """The stack's pace (machine.slow_phase): its GFLOP/s on a small product; None where it has none (a GPU, Keras)."""
-    return bench.pace_gflops(device)
 
 
 def flag_slow_phases(rows: list[dict]) -> list[dict]:

@@ -214,9 +214,10 @@ def others_busy(window_s: float = IDLE_WINDOW_S) -> float | None:
 
 def slow_phase(pace: dict | None, best: float | None) -> str | None:
     """Why a case ran in one of the machine's slow phases, or None. `pace`: the framework's GFLOP/s on a PACE_SIZE
-    product just before and just after the case (None on a GPU); `best`: the run's highest. On this shared virtual
-    machine, waking a framework's second thread costs more in some phases (seconds long, no other process busy):
-    a 2 ms step of small ops then runs 60% slower, and this product 25-30% slower, where the load probes see nothing.
+    product just before and just after the case (None where the stack has no probe: a GPU, Keras); `best`: the run's
+    highest. On this shared virtual machine, waking a framework's second thread costs more in some phases (seconds
+    long, no other process busy): a 2 ms step of small ops then runs 60% slower, and this product 25-30% slower, where
+    the load probes see nothing.
     Flagged where both probes fall below PACE_LIMIT of the best (one slow probe alone may be noise)."""
     if not pace or best is None or any(value is None for value in pace.values()):
         return None
