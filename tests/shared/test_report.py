@@ -48,7 +48,7 @@ def _row(model, stack, mode, impl, median, task="train_step", sweep="document", 
            "src_len": src_len, "tgt_len": tgt_len, "median_ms": median, "q25_ms": median * 0.9, "q75_ms": median * 1.1,
            "min_ms": median * 0.8, "repeats": 20, "compile_s": 0.5 if mode != "eager" else None,
            "tokens_per_s": batch * tgt_len / median * 1000, "peak_mem_mb": 512.0,
-           "gflop": (GFLOP, AS_WRITTEN_GFLOP)[impl == "as_written"][model] if stack == "torch" else None,
+           "gflop": (GFLOP, AS_WRITTEN_GFLOP)[impl == "as_written"].get(model) if stack == "torch" else None,
            "ops": {"torch": 400, "tf": 1200}[stack] if task == "train_step" and sweep == "document" else None,
            "status": "ok", "error": None}  # fmt: skip
     return {**row, **extra}
@@ -199,6 +199,55 @@ def test_a_ratio_below_target_is_a_target_only_where_the_ceiling_after_the_floor
     assert "### Below 1.5x over as written" in readme
     no_floor = ceiling_after_floor(6.0, math.nan, 2.0)
     assert no_floor == 2.0 and no_floor >= SPEEDUP_TARGET  # the FLOP ceiling alone calls the compiled 1.2x a target
+
+
+def _below_target(rows):
+    """tables.below_target_table over `rows` (dicts of _row) in their own setting."""
+    import pandas as pd
+
+    from shared.tools.report.tables import below_target_table, pick_context
+
+    frame = pd.DataFrame([{**row, "machine": CPU["machine"]} for row in rows])
+    return below_target_table(frame, pick_context(frame))
+
+
+def _compiled_rows(model, as_written, floor, ceiling, **quartiles):
+    """torch compile rows of `model`: ours at 10 ms, as written and its floor at the given ms, FLOP ceiling `ceiling`;
+    `quartiles` sets as written's q25 and the floor's q75 (default: 0.9 and 1.1 times their medians)."""
+    sizes = (32, 10, 11)
+    spread = {"as_written": {"q25_ms": quartiles.get("as_written_q25", as_written * 0.9)},
+              "floor": {"q75_ms": quartiles.get("floor_q75", floor * 1.1)}}  # fmt: skip
+    return [
+        _row(model, "torch", "compile", "ours", 10.0, sizes=sizes, gflop=1.0),
+        _row(model, "torch", "compile", "as_written", as_written, sizes=sizes, gflop=ceiling, **spread["as_written"]),
+        _row(model, "torch", "compile", "ours", floor, sweep="floor", sizes=(1, 2, 2), gflop=None, **spread["floor"]),
+    ]
+
+
+def test_a_model_with_less_work_bounds_the_speed_up_of_its_sibling():
+    """reverse_luong_general is reverse_luong_dot's step plus W (catalogue less_work): its 1.2x (as written 12 ms, ours
+    10) has a ceiling after the floor of 12 / (1 + 11 / 2) = 1.85x, but ours of reverse_luong_dot runs in 9 ms, so no
+    form of the general step beats 12 / 9 = 1.33x: bounded by the sibling. Without the sibling's row (negative
+    control) the same mode is a target."""
+    rows = _compiled_rows("reverse_luong_general", 12.0, 1.0, 2.0, as_written_q25=11.9, floor_q75=1.01)
+    sibling = _row("reverse_luong_dot", "torch", "compile", "ours", 9.0, sizes=(32, 10, 11), gflop=1.0)
+    bounded = _pick(_below_target([*rows, sibling]), model="reverse_luong_general")
+    assert bounded["sibling ceiling"] == pytest.approx(12 / 9) and bounded["ceiling after floor"] == pytest.approx(12 / 6.5)
+    assert bounded["verdict"] == "bounded by reverse_luong_dot"
+    alone = _pick(_below_target(rows), model="reverse_luong_general")
+    assert math.isnan(alone["sibling ceiling"]) and alone["verdict"] == "target"
+    assert catalogue.get("luong_general").less_work == "luong_dot" and catalogue.get("luong_dot").less_work is None
+
+
+def test_a_ceiling_that_allows_the_target_only_at_the_medians_is_bounded_within_the_spread():
+    """FLOP ceiling 1.6x, as written 10 ms, floor 1 ms: the ceiling after the floor is 10 / (1 + 9 / 1.6) = 1.509x at
+    the medians, but at as written's q25 (9 ms) and the floor's q75 (1.1 ms) 9 / (1.1 + 7.9 / 1.6) = 1.49x: the repeats
+    cannot tell it from bounded. With quartiles close to the medians (negative control) it is a target."""
+    wide = _pick(_below_target(_compiled_rows("reverse_bahdanau", 10.0, 1.0, 1.6)), model="reverse_bahdanau")
+    assert wide["ceiling after floor"] == pytest.approx(10 / 6.625) and wide["within spread"] == pytest.approx(9 / 6.0375)
+    assert wide["verdict"] == "bounded within the spread"
+    rows = _compiled_rows("reverse_bahdanau", 10.0, 1.0, 1.6, as_written_q25=9.98, floor_q75=1.01)
+    assert _pick(_below_target(rows), model="reverse_bahdanau")["verdict"] == "target"
 
 
 def test_a_lowest_ratio_below_one_says_when_it_is_within_the_repeats_spread():

@@ -26,6 +26,12 @@ def test_catalogue_holds_the_thirteen_models_of_the_design():
     assert list(catalogue.CATALOGUE) == DESIGN_NAMES
     for spec in catalogue.CATALOGUE.values():
         assert spec.document in documents.DOCUMENTS and spec.doc_class and spec.tolerance.reason
+        if spec.less_work:  # the report's sibling ceiling: the same document, module and sizes
+            sibling = catalogue.get(spec.less_work)
+            assert (sibling.document, sibling.module, sibling.hoists) == (spec.document, spec.module, True), spec.name
+            assert {k: v for k, v in sibling.config.items() if k != "score_fn"} == {
+                k: v for k, v in spec.config.items() if k != "score_fn"
+            }, spec.name
 
 
 def test_shared_imports_with_numpy_alone():

@@ -91,6 +91,8 @@ KINDS = {
     "ours/as-written TF": "ratio",
     "FLOP ceiling": "ratio",
     "ceiling after floor": "ratio",
+    "within spread": "ratio",
+    "sibling ceiling": "ratio",
     "as-written ms": "sig3",
     "floor ms": "sig3",
     "lowest ours/as-written": "ratio",
