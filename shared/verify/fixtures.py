@@ -4,7 +4,8 @@ Weights and batches are drawn with numpy from seeds derived from the model name,
 regenerates them byte for byte. Golden files (`shared/verify/golden/<model>.safetensors`) add the float64
 outputs, loss and gradients computed by the torch stack as the documents' listings compute (built with
 `as_written=True`: the faithful reference our hoisted computation is held to); they let the `torch` and `tf` tox envs each
-check numerics without the other stack installed. `rosetta fixtures` rewrites them, `--check` verifies.
+check numerics without the other stack installed. `rosetta fixtures` rewrites those a fresh generation changes
+beyond float64 rounding (`golden_differences`), `--check` verifies.
 """
 
 from __future__ import annotations
@@ -133,12 +134,46 @@ def golden_bytes(name: str, stack) -> bytes:
     return safetensors_io.dumps(tensors, metadata)
 
 
+# How far a fresh generation's computed floats may sit from a golden file's, relative to each array's largest |value|
+# (at least 1): float64 rounding. One thread sums in one order, but the order inside a BLAS kernel is the CPU's: the
+# goldens, regenerated on an AVX2-only EPYC, moved by at most 3.1e-16; a change of the code moves them by 1e-6 and more
+GOLDEN_ROUNDING = 1e-14
+# the sections a stack computes (their floats: greedy token ids are integers, compared byte for byte as the weights,
+# batch and schedule that numpy draws)
+_COMPUTED = ("outputs", "grads", "greedy", "loss")
+
+
+def golden_differences(blob: bytes, path: Path) -> list[str]:
+    """What the fresh generation `blob` changes in golden file `path`, one line each; [] where it agrees: the same
+    metadata, keys, dtypes and shapes, the drawn inputs and greedy token ids byte for byte, the computed floats
+    (outputs, loss, gradients, greedy attention) within GOLDEN_ROUNDING of each array's scale."""
+    if not path.is_file():
+        return [f"{path}: no golden file"]
+    (fresh, fresh_metadata), (golden, golden_metadata) = safetensors_io.loads(blob), safetensors_io.load(path)
+    differences = [f"{path}: metadata {golden_metadata} -> {fresh_metadata}"] if fresh_metadata != golden_metadata else []
+    differences += [f"{path}: {key} {'added' if key in fresh else 'gone'}" for key in sorted(set(fresh) ^ set(golden))]
+    for key in sorted(set(fresh) & set(golden)):
+        new, old = fresh[key], golden[key]
+        if (new.dtype, new.shape) != (old.dtype, old.shape):
+            differences.append(f"{path}: {key} {old.dtype}{list(old.shape)} -> {new.dtype}{list(new.shape)}")
+        elif key.split("/")[0] in _COMPUTED and new.dtype.kind == "f":
+            scale = max(1.0, float(np.abs(old).max(initial=0.0)))
+            moved = float(np.abs(new - old).max(initial=0.0))
+            if not moved <= GOLDEN_ROUNDING * scale:
+                differences.append(f"{path}: {key} moved by {moved:.1e} (beyond float64 rounding: {GOLDEN_ROUNDING * scale:.0e})")
+        elif not np.array_equal(new, old):
+            differences.append(f"{path}: {key} differs (drawn or integer values: compared byte for byte)")
+    return differences
+
+
 def write_goldens(stack, names: list[str], check: bool = False) -> list[str]:
-    """Regenerate the golden files of `names`; return those whose bytes differ (written unless `check`)."""
+    """Regenerate the golden files of `names`; return those a fresh generation changes beyond float64 rounding
+    (`golden_differences`), written unless `check`. A file that agrees to rounding is kept as it is: byte for byte the
+    same where it was made, and not rewritten by a CPU whose kernels round otherwise."""
     changed = []
     for name in names:
         blob, path = golden_bytes(name, stack), golden_path(name)
-        if not path.is_file() or path.read_bytes() != blob:
+        if golden_differences(blob, path):
             changed.append(name)
             if not check:
                 write_atomic(path, blob)

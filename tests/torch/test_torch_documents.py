@@ -49,10 +49,12 @@ def test_additive_attention_matches_the_document_unbatched_and_batched():
 
 
 @pytest.mark.parametrize("name", catalogue.built())
-def test_golden_files_regenerate_byte_identical(name):
+def test_golden_files_regenerate_to_float64_rounding(name):
+    """A fresh generation equals the golden file: inputs byte for byte, computed floats to rounding (a CPU's kernels
+    may round otherwise: tests/shared/test_golden_files.py holds the negative controls)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        assert fixtures.golden_bytes(name, torch_impl) == fixtures.golden_path(name).read_bytes()
+        assert fixtures.golden_differences(fixtures.golden_bytes(name, torch_impl), fixtures.golden_path(name)) == []
     finally:
         torch.set_num_threads(threads)
