@@ -108,14 +108,22 @@ def matmul_rate(product, n: int, repeats: int = 10) -> float:
     return 2 * n**3 / statistics.median(once() for _ in range(repeats)) / 1e9
 
 
-def cpu_model() -> str:
-    """The CPU's model name (from /proc/cpuinfo on Linux), else platform's description."""
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.is_file():
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
+def cpu_model(cpuinfo: str | None = None) -> str:
+    """The CPU's model name (from /proc/cpuinfo on Linux, or the text `cpuinfo`), else platform's description. A name
+    without a part number (a virtual machine's "AMD EPYC") gets the CPU's family and model numbers: two hosts sold
+    under that one name ran this suite 1.6x apart on a matmul and 2.4x on a millisecond step, and rounded float64 sums
+    differently, so their results must not share a folder (`machine_slug`)."""
+    path = Path("/proc/cpuinfo")
+    if cpuinfo is None and path.is_file():
+        cpuinfo = path.read_text()
+    fields = dict(line.split(":", 1) for line in (cpuinfo or "").split("\n\n")[0].splitlines() if ":" in line)
+    fields = {key.strip(): value.strip() for key, value in fields.items()}
+    name = fields.get("model name")
+    if not name:
+        return platform.processor() or platform.machine()
+    if re.search(r"\d", name) or "cpu family" not in fields:
+        return name
+    return f"{name} (family {fields['cpu family']} model {fields.get('model', '?')})"
 
 
 def machine_slug(cpu: str, cores: int, gpu: str | None) -> str:

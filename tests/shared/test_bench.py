@@ -150,6 +150,20 @@ def test_machine_slug_and_result_path():
     assert bench.result_path("r", environment).as_posix() == "r/cpu-x-2c/tf-cpu-t2-default.json"
 
 
+def test_a_cpu_sold_under_a_bare_name_is_told_apart_by_its_family_and_model():
+    """Two virtual hosts both named "AMD EPYC" (a Zen 3 with AVX2 and a faster one) get two result folders; a name with
+    a part number is kept as it is; the bare name alone (negative control) would put both in one folder."""
+
+    def cpuinfo(name, model):
+        return f"processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: {model}\nmodel name\t: {name}\n\n"
+
+    zen3, zen4 = machine.cpu_model(cpuinfo("AMD EPYC", 1)), machine.cpu_model(cpuinfo("AMD EPYC", 17))
+    assert (zen3, zen4) == ("AMD EPYC (family 25 model 1)", "AMD EPYC (family 25 model 17)")
+    assert machine.machine_slug(zen3, 2, None) == "cpu-amd-epyc-family-25-model-1-2c" != machine.machine_slug(zen4, 2, None)
+    assert machine.cpu_model(cpuinfo("AMD EPYC 7R13 Processor", 1)) == "AMD EPYC 7R13 Processor"
+    assert machine.machine_slug("AMD EPYC", 2, None) == "cpu-amd-epyc-2c"  # both hosts' folder without the numbers
+
+
 def test_peak_rss_resets_and_reads():
     machine.reset_peak_rss()
     assert machine.peak_rss_mb() > 0
