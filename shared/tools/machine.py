@@ -116,8 +116,8 @@ def cpu_model(cpuinfo: str | None = None) -> str:
     path = Path("/proc/cpuinfo")
     if cpuinfo is None and path.is_file():
         cpuinfo = path.read_text()
-    fields = dict(line.split(":", 1) for line in (cpuinfo or "").split("\n\n")[0].splitlines() if ":" in line)
-    fields = {key.strip(): value.strip() for key, value in fields.items()}
+    first_cpu = (cpuinfo or "").split("\n\n")[0].splitlines()
+    fields = {key.strip(): value.strip() for key, value in (line.split(":", 1) for line in first_cpu if ":" in line)}
     name = fields.get("model name")
     if not name:
         return platform.processor() or platform.machine()
