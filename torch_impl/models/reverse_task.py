@@ -21,7 +21,7 @@ from shared.core.taps import (
     TARGET_EMBEDDINGS,
     tap,
 )
-from torch_impl.models.seq2seq import masked_softmax
+from torch_impl.models.seq2seq import gru_cell_row_bias, masked_softmax
 
 
 class ReverseTaskBase(nn.Module):
@@ -98,17 +98,17 @@ class BahdanauReverseTask(ReverseTaskBase):
         share of the GRU's gates), torch's own GRU cell per step, the output layer once after the loop. The
         embeddings' share is projected on the table's V rows and looked up, not on every one of the B T tokens:
         both maps are linear (no dropout between them), and V (20) < B T (320); it enters the cell as its input
-        bias (`torch.gru_cell` adds `b_ih` as `linear` does: a bias with a row per example is one per row), the
-        context as its input. The steps' inputs come from one `unbind` and the context's weights from one slice, each outside
-        the loop: a slice per step would zero-fill a whole `[B, T, 3H]` (or weight-sized) gradient in each step's
-        backward. torch's C++ cell, one product fewer per step to split apart and the score as one product with
-        `v`'s vector: 1.46x -> 1.51x over as written (1 thread)."""
+        bias (a row per example: `gru_cell_row_bias`, torch's own cell on the CPU), the context as its input. The
+        steps' inputs come from one `unbind` and the context's weights from one slice, each outside the loop: a
+        slice per step would zero-fill a whole `[B, T, 3H]` (or weight-sized) gradient in each step's backward.
+        torch's C++ cell, one product fewer per step to split apart and the score as one product with `v`'s
+        vector: 1.46x -> 1.51x over as written (1 thread)."""
         tap(TARGET_EMBEDDINGS, self.dec_embeddings(dec_inputs))  # [B, T, E] for the taps; no gradient flows from it
         keys = self.keys(enc_out)  # [B, S, A]
         E, gru = self.embedding_dim, self.decoder
         share_table = F.linear(self.dec_embeddings.weight, gru.weight_ih_l0[:, :E], gru.bias_ih_l0)  # [V, 3H]
         emb_share = F.embedding(dec_inputs, share_table)  # [B, T, 3H]
-        context_weight = gru.weight_ih_l0[:, E:]  # [3H, H]
+        context_weight, hidden_bias = gru.weight_ih_l0[:, E:], gru.bias_hh_l0  # [3H, H], [3H]
         query_weight, query_bias = self.query_projection()  # [A, H], [A]
         v = self.v.weight[0]  # [A]
         state, states, attention = enc_hidden[-1], [], []  # s_{t-1}: [B, H]
@@ -116,7 +116,7 @@ class BahdanauReverseTask(ReverseTaskBase):
             query = F.linear(state, query_weight, query_bias)  # [B, A]
             probs = masked_softmax(torch.matmul(torch.tanh(keys + query.unsqueeze(1)), v), None)  # [B, S, A] @ [A] -> [B, S]
             context_vector = tap(CONTEXT_VECTORS, torch.bmm(probs.unsqueeze(1), enc_out).squeeze(1))  # [B, 1, S] @ [B, S, H]
-            state = torch.gru_cell(context_vector, state, context_weight, gru.weight_hh_l0, emb_share_t, gru.bias_hh_l0)  # [B, H]
+            state = gru_cell_row_bias(context_vector, state, context_weight, gru.weight_hh_l0, emb_share_t, hidden_bias)  # [B, H]
             states.append(state)
             attention.append(probs)
         return self.output_layer(torch.stack(states, dim=1)), torch.stack(attention, dim=1)  # [B, T, V], [B, T, S]

@@ -32,6 +32,22 @@ def gru_cell(input_share: torch.Tensor, hidden_share: torch.Tensor, state: torch
     return n + z * (state - n)  # (1 - z) n + z h, as torch's own cell computes it
 
 
+def takes_row_bias(device: torch.device) -> bool:
+    """Whether `torch.gru_cell` on `device` adds an input bias with a row per example: on the CPU it adds `b_ih` as
+    `linear` does; CUDA's fused kernel takes 1-D biases only (`Expected 1-dimensional tensor ... 'input_bias'
+    ... _thnn_fused_gru_cell_cuda`, seen on an H100)."""
+    return device.type == "cpu"
+
+
+def gru_cell_row_bias(inputs, state, input_weight, hidden_weight, input_bias_rows, hidden_bias) -> torch.Tensor:
+    """torch's GRU cell with an input bias per row `input_bias_rows` `[B, 3H]`: its own C++ cell where the device
+    takes such a bias (`takes_row_bias`), else the cell from its gates' two shares (the same sums)."""
+    if takes_row_bias(inputs.device):
+        return torch.gru_cell(inputs, state, input_weight, hidden_weight, input_bias_rows, hidden_bias)  # [B, H]
+    input_share = torch.addmm(input_bias_rows, inputs, input_weight.t())  # [B, 3H]
+    return gru_cell(input_share, F.linear(state, hidden_weight, hidden_bias), state)  # [B, H]
+
+
 def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     """Softmax over the last axis giving exactly zero weight where `mask` is False (the attention weights;
     `scores` are tapped as they come, before the mask)."""
