@@ -480,3 +480,23 @@ def test_a_curve_names_a_backend_only_where_it_is_not_the_stacks_own():
     assert run_label({"stack": "tf", "backend": "tensorflow", "device": "cuda (NVIDIA H100)"}) == "Keras cuda"
     assert run_label({"stack": "tf", "backend": "jax", "device": "cpu"}) == "Keras on jax cpu"
     assert run_label({"stack": "torch", "device": "cpu"}) == "torch cpu"  # summaries before the backend was recorded
+
+
+def test_the_flop_ceiling_counts_the_code_as_it_is_not_an_older_runs_heavier_form():
+    """reverse_bahdanau as the report held it: a GPU run of an older commit counted ours at 0.447 GFLOP, before the
+    embeddings' share was projected on the table's rows; the newer CPU runs count 0.400. The ceiling is 0.730 / 0.400
+    = 1.83x; the largest count (negative control: the old rule) gives 1.63x and called five modes bounded."""
+    import pandas as pd
+
+    from shared.tools.report.tables import flop_ceiling
+
+    def counted(impl, gflop, created, file):
+        return {"impl": impl, "gflop": gflop, "created": created, "file": file}
+
+    rows = pd.DataFrame([counted("ours", 0.447, "2026-11-22T19:27:19Z", "gpu.json"),
+                         counted("as_written", 0.730, "2026-11-22T19:27:19Z", "gpu.json"),
+                         counted("ours", 0.400, "2026-11-24T16:37:23Z", "cpu.json"),
+                         counted("as_written", 0.730, "2026-11-24T16:37:23Z", "cpu.json")])  # fmt: skip
+    assert flop_ceiling(rows) == pytest.approx(0.730 / 0.400)
+    largest = rows.groupby("impl")["gflop"].max()
+    assert largest["as_written"] / largest["ours"] == pytest.approx(1.633, abs=1e-3)

@@ -144,6 +144,13 @@ def path_text(path) -> str | None:
     return ", ".join(words)
 
 
+def latest_counts(rows, keys: list[str]):
+    """`rows`' GFLOP count per `keys`, from the newest row (by creation time, then file): the count of the code as it
+    is, where runs of several commits sit side by side (the largest would keep an older, heavier form's count)."""
+    newest_last = [column for column in ("created", "file") if column in rows]  # a bare table: its own order
+    return rows.sort_values(newest_last, kind="stable").groupby(keys)["gflop"].last()
+
+
 def _finish_rows(records: list[dict]):
     """The rows as a DataFrame: numbers as floats, re-runs of the same measurement reduced to the latest
     (by creation time, then file name), the missing TF work counts filled in, sorted."""
@@ -155,7 +162,7 @@ def _finish_rows(records: list[dict]):
     rows = rows.sort_values(["created", "file"], kind="stable").drop_duplicates(RUN_KEY, keep="last")
     if len(rows):
         work = ["model", "impl", "task", *SIZES]
-        counted = rows[rows["stack"] == "torch"].groupby(work)["gflop"].max().rename("_counted")
+        counted = latest_counts(rows[(rows["stack"] == "torch") & rows["gflop"].notna()], work).rename("_counted")
         rows["gflop"] = rows["gflop"].fillna(rows.join(counted, on=work)["_counted"])
     return ordered(rows, [*RUN_KEY, "status"])
 

@@ -10,6 +10,7 @@ import numpy as np
 
 from shared import catalogue
 from shared.tools.report.printing import markdown_table, ordered, rank_key, sig3
+from shared.tools.report.reading import latest_counts
 from shared.tools.report.schema import (
     BACKENDS,
     CONTEXT,
@@ -145,8 +146,9 @@ def _equal_within_spread(rows) -> str:
 
 def flop_ceiling(rows) -> float:
     """As-written FLOPs over ours (torch's FLOP counter, the same work in both stacks): the speed-up the arithmetic
-    alone allows; 1.0 where ours does the listing's work in fewer steps, not fewer FLOPs. nan when not counted."""
-    counted = rows[rows["gflop"].notna() & (rows["gflop"] > 0)].groupby("impl")["gflop"].max()
+    alone allows; 1.0 where ours does the listing's work in fewer steps, not fewer FLOPs. nan when not counted. Each
+    side's newest count (`latest_counts`): an older run counted older code."""
+    counted = latest_counts(rows[rows["gflop"].notna() & (rows["gflop"] > 0)], ["impl"])
     return float(counted.get("as_written", math.nan) / counted.get("ours", math.nan))
 
 
