@@ -32,8 +32,18 @@ ONE_STACK_FUNCTIONS = {
     "models/tf_tutorial.py": {"keras_initializers"},  # torch starts from Keras's default distributions; Keras has them
     "models/tf_tutorial_mha.py": {"keras_initializers"},
     # Keras's fit on TensorFlow traces unknown lengths (ops.scan): torch is eager; a GRU's inputs projected in one product
-    # (torch's nn.GRU does it natively); packing's masked loop for torch.compile (Keras masks natively)
-    "models/seq2seq.py": {"over_time", "run_gru", "run_masked", "masked_layers", "masked_direction", "traces_recurrent_loops"},
+    # (torch's nn.GRU does it natively); packing's masked loop for torch.compile (Keras masks natively); torch's GRU cell
+    # with a bias per row, which CUDA's fused cell refuses (Keras's cell is its own ops on every device)
+    "models/seq2seq.py": {
+        "over_time",
+        "run_gru",
+        "run_masked",
+        "masked_layers",
+        "masked_direction",
+        "traces_recurrent_loops",
+        "takes_row_bias",
+        "gru_cell_row_bias",
+    },
     # Keras's `.keras` files; a torch file read and written as arrays in the file's own names, so `rosetta port` can
     # rename them (Keras files are read by path); torch.compile with its recurrent-layer setting (Keras: jit_compile)
     "train.py": {"save_keras", "load_keras", "read_arrays", "write_arrays", "compiled", "traces_recurrent_layers"},
