@@ -36,8 +36,14 @@ MODELS = catalogue.built()
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("dtype", ["float64", "float32"])
-@pytest.mark.parametrize("name", MODELS)
+# float64 for every model (1e-9 over 200 steps: the proof); float32 for the small models of documents 000 and 001. The
+# float32 curves of documents 002-004 (4 minutes of this env on a 2-core CPU) are `tox -e report`'s, whose `rosetta
+# equality --training` compares every model in both precisions; here their float64 curves prove the same steps
+FLOAT32_CURVES = [name for name in MODELS if catalogue.get(name).document in ("000", "001")]
+CURVES = [(name, "float64") for name in MODELS] + [(name, "float32") for name in FLOAT32_CURVES]
+
+
+@pytest.mark.parametrize(("name", "dtype"), CURVES)
 def test_loss_curves_and_trained_weights_agree(name, dtype):
     maxima = compare_training(name, dtype, torch_impl, tf_impl)
     assert maxima["clipped steps"] > 0, "clipping never engaged: the test would not see a clipping difference"
