@@ -48,8 +48,7 @@ def results(stack, name: str, dtype: str, **set_weights_options) -> dict:
     """Outputs, loss, canonical gradients (and greedy decoding) of `stack`'s model on the golden fixture:
     its weights, batch and teacher-forcing schedule."""
     spec, golden = catalogue.get(name), fixtures.load_golden(name)
-    model = stack.build(name, dtype, **spec.fixture_config)
-    stack.set_weights(model, golden.weights, **set_weights_options)
+    model = fixtures.golden_model(stack, name, dtype, **set_weights_options)
     loss, grads = stack.loss_and_grads(model, name, golden.batch, teacher_forcing=golden.schedule)
     outputs = stack.run(model, name, golden.batch, teacher_forcing=golden.schedule)
     greedy = stack.greedy(model, name, golden.batch, max_len=fixtures.greedy_max_len(golden)) if spec.variable_length else {}

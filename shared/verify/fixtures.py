@@ -117,6 +117,13 @@ def load_golden(name: str) -> Golden:
     )
 
 
+def golden_model(stack, name: str, dtype: str = "float64", **set_weights_options):
+    """`stack`'s model `name` at its fixture sizes holding the golden weights (`set_weights_options`: passed on)."""
+    model = stack.build(name, dtype, **get(name).fixture_config)
+    stack.set_weights(model, load_golden(name).weights, **set_weights_options)
+    return model
+
+
 def golden_bytes(name: str, stack) -> bytes:
     """The golden file of `name` computed with `stack` (a module with the contract) as written, in float64."""
     spec = get(name)

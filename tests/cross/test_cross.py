@@ -25,11 +25,7 @@ MODELS = catalogue.built()
 
 def _pair(name: str, dtype: str):
     """torch and Keras models holding the same golden weights."""
-    spec, weights = catalogue.get(name), fixtures.load_golden(name).weights
-    models = [stack.build(name, dtype, **spec.fixture_config) for stack in (torch_impl, tf_impl)]
-    for stack, model in zip((torch_impl, tf_impl), models, strict=True):
-        stack.set_weights(model, weights)
-    return models
+    return [fixtures.golden_model(stack, name, dtype) for stack in (torch_impl, tf_impl)]
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])

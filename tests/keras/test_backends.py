@@ -117,3 +117,41 @@ def test_inference_on_jax_is_one_jitted_program_per_shape_reading_the_current_we
     tf_impl.set_weights(model, {key: value / 2 for key, value in make_weights(name, shapes).items()})
     assert np.array_equal(np.asarray(naive(tensors)), before)  # stale: the old weights compiled in
     assert np.abs(tf_impl.run(model, name, batch)["logits"] - before).max() > 1e-3  # ours reads the new ones
+
+
+UNROLLED_MODELS = ["luong_general", "tf_tutorial_mha"]  # our LSTM stack; a Bidirectional GRU (Keras's own)
+
+
+def _recurrent_layers(model) -> list:
+    return [layer for layer in backends.all_layers(model) if isinstance(layer, keras.layers.RNN)]
+
+
+@pytest.mark.skipif(BACKEND != "jax", reason="JAX only: the backend whose GPU runs our recurrent layers unrolled")
+@pytest.mark.parametrize("name", UNROLLED_MODELS)
+def test_unrolled_recurrences_agree_with_torch(name, monkeypatch):
+    """On JAX with a GPU our Keras recurrent layers unroll their loop (`backends.unroll_recurrences`). Here, on the
+    CPU, with that choice forced: every such layer unrolled, and outputs, loss, gradients and greedy decoding equal
+    torch's, float64, on the golden batch's ragged lengths (padded steps included)."""
+    from shared.verify.equality import compare_stacks
+
+    monkeypatch.setattr(backends, "unroll_recurrences", lambda: True)
+    layers = _recurrent_layers(tf_impl.build(name, "float64"))
+    assert layers and all(layer.unroll for layer in layers)
+    compare_stacks(name, "float64", torch_impl, tf_impl)
+
+
+@pytest.mark.skipif(BACKEND != "jax", reason="JAX only, as above")
+def test_negative_control_an_unrolled_layer_without_zero_output_for_mask_differs_at_padded_steps(monkeypatch):
+    """The comparison above sees padded steps: unrolled, Keras's default (a masked step repeats the previous output)
+    gives encoder outputs that differ from torch's packing."""
+    from shared.verify import fixtures
+    from shared.verify.equality import assert_close
+
+    monkeypatch.setattr(backends, "unroll_recurrences", lambda: True)
+    name, batch = "tf_tutorial", fixtures.load_golden("tf_tutorial").batch
+    models = [fixtures.golden_model(stack, name) for stack in (torch_impl, tf_impl)]
+    models[1].encoder.gru.zero_output_for_mask = False
+    assert models[1].encoder.gru.unroll
+    expected, actual = torch_impl.trace(models[0], name, batch), tf_impl.trace(models[1], name, batch)
+    with pytest.raises(AssertionError):
+        assert_close(actual["encoder outputs"], expected["encoder outputs"], 1e-12, what="encoder outputs")

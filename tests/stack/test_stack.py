@@ -16,9 +16,7 @@ DTYPES = ["float64", "float32"]
 
 def fixture_model(stack, name: str, dtype: str = "float64"):
     """The model at its fixture sizes holding the golden weights."""
-    model = stack.build(name, dtype, **catalogue.get(name).fixture_config)
-    stack.set_weights(model, fixtures.load_golden(name).weights)
-    return model
+    return fixtures.golden_model(stack, name, dtype)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

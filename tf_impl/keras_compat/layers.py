@@ -116,6 +116,7 @@ class TorchLSTM(keras.layers.Layer):
                 return_sequences=True,
                 return_state=True,
                 zero_output_for_mask=True,  # zero outputs at padded steps, as torch's packing
+                unroll=backends.unroll_recurrences(),
                 name=f"lstm_l{i}",
                 dtype=self.dtype_policy,
             )
@@ -155,7 +156,8 @@ class TorchLSTM(keras.layers.Layer):
 def torch_rnn(units: int, name: str, dtype=None) -> keras.layers.RNN:
     """A batch-first Keras RNN layer over `TorchRNNCell` returning (sequence, final state), like nn.RNN."""
     cell = TorchRNNCell(units, name=f"{name}_cell", dtype=dtype)
-    return keras.layers.RNN(cell, return_sequences=True, return_state=True, zero_output_for_mask=True, name=name, dtype=dtype)
+    return keras.layers.RNN(cell, return_sequences=True, return_state=True, zero_output_for_mask=True,
+                            unroll=backends.unroll_recurrences(), name=name, dtype=dtype)  # fmt: skip
 
 
 def torch_gru(units: int, name: str, dtype=None) -> keras.layers.GRU:
@@ -168,6 +170,7 @@ def torch_gru(units: int, name: str, dtype=None) -> keras.layers.GRU:
         return_sequences=True,
         return_state=True,
         zero_output_for_mask=True,  # zero outputs at padded steps, as torch's packing (Bidirectional forces it)
+        unroll=backends.unroll_recurrences(),
         name=name,
         dtype=dtype,
     )
