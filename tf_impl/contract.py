@@ -15,7 +15,7 @@ from shared.core.validation import check_max_len, prepare
 from tf_impl.keras_compat import backends, serializable
 from tf_impl.weights import get_grads, get_weights, leaves, set_weights
 
-__all__ = ["build", "get_weights", "set_weights", "run", "trace", "loss_and_grads", "greedy"]
+__all__ = ["build", "get_weights", "set_weights", "run", "trace", "loss_and_grads", "greedy", "compiles_per_shape"]
 
 
 def build(name: str, dtype: str = "float32", as_written: bool = False, **overrides) -> keras.Layer:
@@ -120,6 +120,12 @@ def greedy(model, name: str, batch: Mapping, max_len: int = 50) -> dict[str, np.
         tensors["src"], tensors.get("src_len"), max_len=max_len, sos_id=spec.sos_id, eos_id=spec.eos_id, pad_id=spec.pad_id
     )
     return {"tokens": keras.ops.convert_to_numpy(tokens), "attention": keras.ops.convert_to_numpy(attention)}
+
+
+def compiles_per_shape() -> bool:
+    """Whether `run` compiles a program for each new input shape (a caller that reruns it should keep shapes
+    fixed): on JAX, where it is jitted; TensorFlow's and torch's `run` are eager."""
+    return backends.name() == "jax"
 
 
 def loss_and_grads(model, name: str, batch: Mapping, teacher_forcing=None, training: bool = False):

@@ -15,7 +15,7 @@ from shared.core import taps
 from shared.core.validation import check_max_len, prepare
 from torch_impl.weights import get_grads, get_weights, set_weights
 
-__all__ = ["build", "get_weights", "set_weights", "run", "trace", "loss_and_grads", "greedy"]
+__all__ = ["build", "get_weights", "set_weights", "run", "trace", "loss_and_grads", "greedy", "compiles_per_shape"]
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
@@ -93,6 +93,12 @@ def greedy(model: torch.nn.Module, name: str, batch: Mapping, max_len: int = 50)
             tensors["src"], tensors.get("src_len"), max_len=max_len, sos_id=spec.sos_id, eos_id=spec.eos_id, pad_id=spec.pad_id
         )
     return {"tokens": tokens.cpu().numpy(), "attention": attention.cpu().numpy()}
+
+
+def compiles_per_shape() -> bool:
+    """Whether `run` compiles a program for each new input shape (a caller that reruns it should keep shapes
+    fixed): not in torch, whose `run` is eager."""
+    return False
 
 
 @contextlib.contextmanager

@@ -155,3 +155,25 @@ def test_negative_control_an_unrolled_layer_without_zero_output_for_mask_differs
     expected, actual = torch_impl.trace(models[0], name, batch), tf_impl.trace(models[1], name, batch)
     with pytest.raises(AssertionError):
         assert_close(actual["encoder outputs"], expected["encoder outputs"], 1e-12, what="encoder outputs")
+
+
+@pytest.mark.skipif(BACKEND != "jax", reason="JAX only: the backend whose `run` compiles a program per shape")
+def test_rerun_greedy_on_jax_compiles_one_program_for_every_length(monkeypatch):
+    """Document 001's greedy decoding reruns the teacher-forced decoder once per output token. On JAX every run
+    takes the whole input (`compiles_per_shape`): the same tokens and attention as growing it a token a run, from one
+    compiled program. Negative control: the growing input compiles one program per length."""
+    from shared.specs import Sizes
+    from shared.train.evaluation import rerun_greedy
+    from shared.verify.fixtures import synthetic_batch
+
+    name, steps = "reverse_bahdanau", 6
+    src = synthetic_batch(name, Sizes(3, steps, steps))["src"]
+    assert tf_impl.compiles_per_shape()
+    fixed_model, growing_model = tf_impl.build(name, "float64"), tf_impl.build(name, "float64")
+    tf_impl.set_weights(growing_model, tf_impl.get_weights(fixed_model))
+    fixed = rerun_greedy(tf_impl, fixed_model, name, src, steps, sos_id=1)
+    monkeypatch.setattr(tf_impl, "compiles_per_shape", lambda: False)
+    growing = rerun_greedy(tf_impl, growing_model, name, src, steps, sos_id=1)
+    assert np.array_equal(fixed[0], growing[0]) and np.abs(fixed[1] - growing[1]).max() <= 1e-12
+    assert fixed_model._rosetta_jax_inference[1]._cache_size() == 1
+    assert growing_model._rosetta_jax_inference[1]._cache_size() == steps
