@@ -66,8 +66,8 @@ def test_more_devices_than_visible_are_refused_with_the_way_to_make_them():
 @on_jax
 def test_rosetta_train_with_devices_on_jax_follows_one_device(tmp_path):
     """`rosetta train --stack tf --devices 2` on JAX (its runner process started with XLA's 2 host devices): the
-    loss log and final metrics of one device's run in this process (float64, no dropout; 3 steps: the evaluation's
-    eager greedy decoding compiles an XLA program per op and length on JAX, 8 s an evaluation)."""
+    loss log and final metrics of one device's run in this process (float64, no dropout; 3 steps: each run's time is
+    XLA compiling its train step and evaluation, about 2 s a program)."""
     alone = small_run(tmp_path / "alone", max_steps=3)
     runner.train(alone, "tf", progress=False)
     done = rosetta_train(tmp_path / "cli", "--stack=tf", "--devices=2", "--max-steps=3")

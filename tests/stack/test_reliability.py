@@ -25,7 +25,7 @@ from shared.io import atomic, safetensors_io
 from shared.train import runner, runs
 from shared.verify import fixtures
 from shared.verify.equality import assert_close
-from tests.stack.test_runner import REVERSE_DATA, SMALL, _run, _stack_name
+from tests.stack.test_runner import REVERSE_DATA, SMALL, _run, _stack_name, _trained_run
 
 NAME = "reverse_luong_dot"
 SETS = [f"--set={key}={value}" for key, value in catalogue.get(NAME).fixture_config.items()]
@@ -290,22 +290,12 @@ def _interrupt_at(monkeypatch, step: int) -> None:
     monkeypatch.setattr(runner._Steps, "after_step", interrupted)
 
 
-_WHOLE: dict[str, tuple[Path, dict]] = {}  # per stack: the uninterrupted float64 run the resumed ones must follow
-
-
-def _whole_run(name: str, tmp_path_factory) -> tuple[Path, dict]:
-    if name not in _WHOLE:
-        run_dir = _run(tmp_path_factory.mktemp(f"whole-{name}"), dtype="float64")
-        _WHOLE[name] = run_dir, runner.train(run_dir, name, progress=False)
-    return _WHOLE[name]
-
-
 @pytest.mark.parametrize("stop_at", [5, 7], ids=["after_an_epoch_checkpoint", "mid_epoch"])
 def test_a_resumed_run_follows_the_uninterrupted_curve(stack, tmp_path, tmp_path_factory, monkeypatch, stop_at):
     """float64; checkpoints every 3 steps and at each 4-step epoch's end: stopped at step 5 it resumes from 4 (the
     epoch's evaluation redone), at 7 from 6 (two batches of epoch 2 skipped)."""
     name = _stack_name(stack)
-    whole, expected = _whole_run(name, tmp_path_factory)
+    whole, expected = _trained_run(name, tmp_path_factory)  # the uninterrupted float64 run
     run_dir = _run(tmp_path / "stopped", dtype="float64")
     with monkeypatch.context() as patch:
         _interrupt_at(patch, stop_at)
@@ -325,7 +315,7 @@ def test_a_resumed_run_follows_the_uninterrupted_curve(stack, tmp_path, tmp_path
 
 def test_negative_control_a_resume_without_adams_state_leaves_the_curve(stack, tmp_path, tmp_path_factory, monkeypatch):
     name = _stack_name(stack)
-    whole, _ = _whole_run(name, tmp_path_factory)
+    whole, _ = _trained_run(name, tmp_path_factory)  # the uninterrupted float64 run
     run_dir = _run(tmp_path / "stopped", dtype="float64")
     with monkeypatch.context() as patch:
         _interrupt_at(patch, 7)
@@ -365,7 +355,7 @@ def test_the_dropout_generators_are_restored(stack):
 
 def test_a_killed_training_run_resumes_on_the_same_curve(stack, tmp_path):
     name = _stack_name(stack)
-    settings = {"batch_size": 8, "epochs": 4, "checkpoint_every": 2, "dtype": "float64"}
+    settings = {"batch_size": 8, "epochs": 2, "checkpoint_every": 2, "dtype": "float64"}  # 16 steps
     whole = _run(tmp_path / "whole", **settings)
     runner.train(whole, name, progress=False)
     run_dir = _run(tmp_path / "killed", **settings)
@@ -377,7 +367,7 @@ def test_a_killed_training_run_resumes_on_the_same_curve(stack, tmp_path):
         time.sleep(0.01)
     os.killpg(child.pid, signal.SIGKILL)
     child.wait()
-    assert len(_losses(run_dir, name)) < 32, "the run ended before the kill"
+    assert len(_losses(run_dir, name)) < 16, "the run ended before the kill"
     dead = run_dir / name / f"{atomic.STAGED_PREFIX}999999999-dead.tmp"  # what a kill mid-checkpoint leaves
     dead.write_bytes(b"partial")
     with open(run_dir / name / runs.LOSS_LOG, "a") as log:  # and a kill mid-line: a torn last line, dropped
@@ -387,9 +377,9 @@ def test_a_killed_training_run_resumes_on_the_same_curve(stack, tmp_path):
     assert not [path.name for path in (run_dir / name).iterdir() if path.name.startswith(".")]
 
 
-def test_translate_refuses_what_it_cannot_do_in_one_line(stack, tmp_path, capsys):
-    name, run_dir = _stack_name(stack), _run(tmp_path, epochs=1)
-    runner.train(run_dir, name, progress=False)
+def test_translate_refuses_what_it_cannot_do_in_one_line(stack, tmp_path, tmp_path_factory, capsys):
+    name = _stack_name(stack)
+    run_dir, _ = _trained_run(name, tmp_path_factory)
     missing = tmp_path / "no" / "such" / "folder" / "a.png"
     err = _one_line_error(capsys, ["translate", str(run_dir), "3 4 5", "--stack", name, "--heatmap", str(missing)])
     assert "does not exist: create it first" in err

@@ -8,6 +8,8 @@ numbers of full runs are in reports/.
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -34,9 +36,27 @@ def _stack_name(stack) -> str:
     return {"torch_impl": "torch", "tf_impl": "tf"}[stack.__name__]
 
 
-def test_a_run_writes_logs_checkpoints_and_metrics(stack, tmp_path):
-    run_dir, name = _run(tmp_path), _stack_name(stack)
-    result = runner.train(run_dir, name, progress=False)
+_TRAINED: dict[str, tuple[Path, dict]] = {}  # per stack (and pytest worker): one tiny run, trained once
+
+
+def _trained_run(name: str, tmp_path_factory) -> tuple[Path, dict]:
+    """The `_run` of stack `name` trained (float64: the resumed runs of test_reliability follow its curve) and its
+    final metrics, trained once for every test that reads a finished run; copy it (`_trained_copy`) to change it."""
+    if name not in _TRAINED:
+        run_dir = _run(tmp_path_factory.mktemp(f"trained-{name}"), dtype="float64")
+        _TRAINED[name] = run_dir, runner.train(run_dir, name, progress=False)
+    return _TRAINED[name]
+
+
+def _trained_copy(name: str, tmp_path_factory, tmp_path) -> tuple[Path, dict]:
+    """A copy of `_trained_run` in `tmp_path`, the test's own to read, write or train again."""
+    source, result = _trained_run(name, tmp_path_factory)
+    return Path(shutil.copytree(source, tmp_path / "trained")), result
+
+
+def test_a_run_writes_logs_checkpoints_and_metrics(stack, tmp_path_factory):
+    name = _stack_name(stack)
+    run_dir, result = _trained_run(name, tmp_path_factory)
     out = run_dir / name
     losses = [json.loads(line) for line in (out / runs.LOSS_LOG).read_text().splitlines()]
     assert [record["step"] for record in losses] == list(range(1, 9)) and all(np.isfinite(r["loss"]) for r in losses)
@@ -48,9 +68,9 @@ def test_a_run_writes_logs_checkpoints_and_metrics(stack, tmp_path):
     assert not [p.name for p in out.iterdir() if p.name.startswith(".")], "a temporary file was left behind"
 
 
-def test_the_checkpoint_loads_back_in_both_formats(stack, tmp_path):
-    run_dir, name = _run(tmp_path), _stack_name(stack)
-    runner.train(run_dir, name, progress=False)
+def test_the_checkpoint_loads_back_in_both_formats(stack, tmp_path_factory):
+    name = _stack_name(stack)
+    run_dir, _ = _trained_run(name, tmp_path_factory)
     _, model, run, corpus = runs.load_trained(run_dir, name)
     train_module = __import__(f"{stack.__name__}.train", fromlist=["load_native"])
     native = stack.build(run.model, run.dtype, **run.config)
@@ -61,9 +81,9 @@ def test_the_checkpoint_loads_back_in_both_formats(stack, tmp_path):
     assert again["loss"] == pytest.approx(json.loads((run_dir / name / runs.EVAL_FILE).read_text())["loss"], abs=1e-6)
 
 
-def test_translate_decodes_and_draws_the_attention(stack, tmp_path):
-    run_dir, name = _run(tmp_path), _stack_name(stack)
-    runner.train(run_dir, name, progress=False)
+def test_translate_decodes_and_draws_the_attention(stack, tmp_path, tmp_path_factory):
+    name = _stack_name(stack)
+    run_dir, _ = _trained_run(name, tmp_path_factory)
     result = evaluation.translate(run_dir, name, "3 4 5 6 7 8 9 10 11 12", heatmap=tmp_path / "attention.png")
     assert len(result["output"]) == 10 and result["attention"].shape == (10, 10)
     assert (tmp_path / "attention.png").read_bytes().startswith(b"\x89PNG")
@@ -104,10 +124,9 @@ def test_an_interrupted_run_leaves_the_last_complete_checkpoint(stack, tmp_path,
     assert not [p for p in (run_dir / name).iterdir() if p.name.startswith(".")]
 
 
-def test_a_checkpoint_of_another_vocabulary_is_refused(stack, tmp_path):
+def test_a_checkpoint_of_another_vocabulary_is_refused(stack, tmp_path, tmp_path_factory):
     name = _stack_name(stack)
-    first, second = _run(tmp_path / "a"), _run(tmp_path / "b")
-    runner.train(first, name, progress=False)
+    (first, _), second = _trained_run(name, tmp_path_factory), _run(tmp_path / "b")
     other = readers.reverse_corpus(**REVERSE_DATA, vocab_size=20, seed=1)  # same sizes, another token list
     other.src_vocab = other.tgt_vocab = Vocab(
         [*other.tgt_vocab.itos[:3], *reversed(other.tgt_vocab.itos[3:])], other.tgt_vocab.specials
@@ -119,9 +138,9 @@ def test_a_checkpoint_of_another_vocabulary_is_refused(stack, tmp_path):
         runs.load_trained(second, name)
 
 
-def test_a_second_training_needs_force(stack, tmp_path):
-    run_dir, name = _run(tmp_path, epochs=1), _stack_name(stack)
-    runner.train(run_dir, name, progress=False)
+def test_a_second_training_needs_force(stack, tmp_path, tmp_path_factory):
+    name = _stack_name(stack)
+    run_dir, _ = _trained_copy(name, tmp_path_factory, tmp_path)
     with pytest.raises(runs.RunError, match="pass --resume to continue it, --force to train again"):
         runner.train(run_dir, name, progress=False)
     runner.train(run_dir, name, force=True, progress=False)

@@ -33,12 +33,14 @@ def products_per_step() -> bool:
 
 
 def unroll_recurrences() -> bool:
-    """Whether our Keras recurrent layers unroll their loop over time (`unroll=True`): on JAX with a GPU, where every
+    """Whether our LSTM stack (`TorchLSTM`) unrolls its loops over time (`unroll=True`): on JAX with a GPU, where every
     shape is known when JAX traces a step. There XLA's loop pays for each turn (its condition, a launch per op) where
     the unrolled steps fuse: document 003's luong_dot train step, ours, 17.6 -> 13.8 ms on an H200 (side by side, 8
-    threads; the first step's compile about doubles, 36 -> 67 s). On JAX's CPU the scan is as fast (document 001, 2
-    threads, side by side: reverse_rnn 6.98 ms scanned, 7.38 unrolled; reverse_bahdanau 14.87, 14.96), and
-    TensorFlow traces lengths that vary as None, which no unrolled loop takes."""
+    threads; the first step's compile about doubles, 36 -> 67 s). Our GRUs keep the scan: unrolled, document 001's
+    reverse_bahdanau measured no gain there (4.97 / 4.74 ms, within the spread), and Keras 3.15's unrolled loop on
+    JAX ignores `zero_output_for_mask` (`TorchLSTM` zeroes its padded steps itself). On JAX's CPU the scan is as fast
+    (document 001, 2 threads, side by side: reverse_rnn 6.98 ms scanned, 7.38 unrolled; reverse_bahdanau 14.87,
+    14.96), and TensorFlow traces lengths that vary as None, which no unrolled loop takes."""
     return name() == "jax" and gpu_name() is not None
 
 

@@ -98,7 +98,8 @@ class TorchLSTM(keras.layers.Layer):
     only `h W_hh` a step (the cells take `projected_inputs`): document 003's `luong_general` train step 1,466 ->
     1,377 ms on TensorFlow's XLA, 1,604 -> 1,523 in a tf.function (side by side, 2 threads). Except on JAX, where
     XLA's CPU runtime measured the one product slower than one a step (1,591 -> 1,685 ms), as it does the output
-    layer (`backends.products_per_step`): there the cells project each step.
+    layer (`backends.products_per_step`): there the cells project each step. On JAX with a GPU the layers unroll their
+    loops (`backends.unroll_recurrences`).
     Args:
         units: hidden size H; num_layers: L; dropout: p between layers.
     """
@@ -137,6 +138,8 @@ class TorchLSTM(keras.layers.Layer):
             state = None if initial_state is None else [initial_state[0][i], initial_state[1][i]]
             steps_in = layer.cell.project(x) if layer.cell.projected_inputs else x  # [B, S, 4H] in one product, or [B, S, E]
             x, h, c = layer(steps_in, initial_state=state, mask=mask, training=training)  # [B, S, H], [B, H], [B, H]
+            if layer.unroll and mask is not None:  # Keras 3.15's unrolled JAX loop repeats the last output there
+                x = ops.where(ops.expand_dims(mask, 2), x, ops.zeros_like(x))  # [B, S, H], zero at padded steps
             hs.append(h)
             cs.append(c)
             if i + 1 < self.num_layers:
@@ -156,8 +159,7 @@ class TorchLSTM(keras.layers.Layer):
 def torch_rnn(units: int, name: str, dtype=None) -> keras.layers.RNN:
     """A batch-first Keras RNN layer over `TorchRNNCell` returning (sequence, final state), like nn.RNN."""
     cell = TorchRNNCell(units, name=f"{name}_cell", dtype=dtype)
-    return keras.layers.RNN(cell, return_sequences=True, return_state=True, zero_output_for_mask=True,
-                            unroll=backends.unroll_recurrences(), name=name, dtype=dtype)  # fmt: skip
+    return keras.layers.RNN(cell, return_sequences=True, return_state=True, zero_output_for_mask=True, name=name, dtype=dtype)
 
 
 def torch_gru(units: int, name: str, dtype=None) -> keras.layers.GRU:
@@ -170,7 +172,6 @@ def torch_gru(units: int, name: str, dtype=None) -> keras.layers.GRU:
         return_sequences=True,
         return_state=True,
         zero_output_for_mask=True,  # zero outputs at padded steps, as torch's packing (Bidirectional forces it)
-        unroll=backends.unroll_recurrences(),
         name=name,
         dtype=dtype,
     )

@@ -15,7 +15,6 @@ import keras
 from keras import ops
 
 from shared.core.taps import CONTEXT_VECTORS, ENCODER_STATE, SOURCE_EMBEDDINGS, TARGET_EMBEDDINGS, tap
-from tf_impl.keras_compat import backends
 from tf_impl.models.seq2seq import Seq2SeqBase, gru_cell, masked_softmax, over_time, run_rnn
 
 
@@ -69,7 +68,6 @@ def _gru(units: int, dtype) -> keras.layers.GRU:
         return_state=True,
         recurrent_initializer="glorot_uniform",
         zero_output_for_mask=True,
-        unroll=backends.unroll_recurrences(),
         name="gru",
         dtype=dtype,
     )

@@ -24,7 +24,6 @@ from shared.core.taps import (
     TARGET_EMBEDDINGS,
     tap,
 )
-from tf_impl.keras_compat import backends
 from tf_impl.models.seq2seq import Seq2SeqBase, source_mask
 
 
@@ -36,8 +35,7 @@ class Encoder(keras.layers.Layer):
         super().__init__(**kwargs)
         self.vocab_size, self.units = vocab_size, units
         self.embedding = keras.layers.Embedding(vocab_size, units, mask_zero=True, name="embedding", dtype=self.dtype_policy)
-        gru = keras.layers.GRU(units, return_sequences=True, recurrent_initializer="glorot_uniform",
-                               unroll=backends.unroll_recurrences(), dtype=self.dtype_policy)  # fmt: skip
+        gru = keras.layers.GRU(units, return_sequences=True, recurrent_initializer="glorot_uniform", dtype=self.dtype_policy)
         self.rnn = keras.layers.Bidirectional(merge_mode="sum", layer=gru, name="rnn", dtype=self.dtype_policy)
 
     def call(self, x, lengths=None, training=False):
@@ -83,7 +81,7 @@ class Decoder(keras.layers.Layer):
         self.vocab_size, self.units = vocab_size, units
         self.embedding = keras.layers.Embedding(vocab_size, units, mask_zero=True, name="embedding", dtype=self.dtype_policy)
         self.rnn = keras.layers.GRU(units, return_sequences=True, return_state=True, recurrent_initializer="glorot_uniform",
-                                    unroll=backends.unroll_recurrences(), name="rnn", dtype=self.dtype_policy)  # fmt: skip
+                                    name="rnn", dtype=self.dtype_policy)  # fmt: skip
         self.attention = CrossAttention(units, name="attention", dtype=self.dtype_policy)
         self.output_layer = keras.layers.Dense(vocab_size, name="output_layer", dtype=self.dtype_policy)
 
