@@ -103,7 +103,7 @@ def test_inference_on_jax_is_one_jitted_program_per_shape_reading_the_current_we
     jitted = tf_impl.run(model, name, batch)["logits"]
     eager = tf_impl.trace(model, name, batch)["logits"]
     assert np.abs(jitted - eager).max() <= 1e-12 and np.abs(first - eager).max() > 1e-3
-    compiled = model._rosetta_jax_inference[1]
+    compiled = model._rosetta_jax_inference["run"][1]
     assert compiled._cache_size() == 1
     tf_impl.run(model, name, synthetic_batch(name, Sizes(3, 6, 4)))
     tf_impl.run(model, name, synthetic_batch(name, Sizes(3, 6, 4), seed=1))
@@ -196,5 +196,22 @@ def test_rerun_greedy_on_jax_compiles_one_program_for_every_length(monkeypatch):
     monkeypatch.setattr(tf_impl, "compiles_per_shape", lambda: False)
     growing = rerun_greedy(tf_impl, growing_model, name, src, steps, sos_id=1)
     assert np.array_equal(fixed[0], growing[0]) and np.abs(fixed[1] - growing[1]).max() <= 1e-12
-    assert fixed_model._rosetta_jax_inference[1]._cache_size() == 1
-    assert growing_model._rosetta_jax_inference[1]._cache_size() == steps
+    assert fixed_model._rosetta_jax_inference["run"][1]._cache_size() == 1
+    assert growing_model._rosetta_jax_inference["run"][1]._cache_size() == steps
+
+
+@pytest.mark.skipif(BACKEND != "jax", reason="JAX only: eagerly it compiles every op for every new shape")
+def test_greedy_decoding_on_jax_runs_one_jitted_encoder_and_one_jitted_step():
+    """Greedy decoding on JAX jits `encode` and `step` (`Seq2SeqBase.inference_steps`): the tokens and attention of
+    the eager decoding (taps recording run it eagerly), from one compiled program each for every step of a batch."""
+    from shared.core import taps
+    from shared.verify import fixtures
+
+    name = "luong_general"
+    model, golden = fixtures.golden_model(tf_impl, name), fixtures.load_golden(name)
+    jitted = tf_impl.greedy(model, name, golden.batch, max_len=fixtures.greedy_max_len(golden))
+    with taps.recording():
+        eager = tf_impl.greedy(model, name, golden.batch, max_len=fixtures.greedy_max_len(golden))
+    assert np.array_equal(jitted["tokens"], eager["tokens"]) and jitted["tokens"].shape[1] > 1
+    assert_close(jitted["attention"], eager["attention"], 1e-12, what="greedy attention")
+    assert [model._rosetta_jax_inference[key][1]._cache_size() for key in ("encode", "step")] == [1, 1]

@@ -23,6 +23,8 @@ FRAMEWORK_METHODS = {"forward": "call"}  # the call method is the only name the 
 ONE_STACK_MEMBERS = {
     # Keras's GRU multiplies each step's inputs inside its loop; ours projects them once (torch's nn.GRU does natively)
     ("models/reverse_task.py", "LuongReverseTask"): {"method encode"},
+    # Keras on JAX jits greedy decoding's encoder and step (torch runs them eagerly)
+    ("models/seq2seq.py", "Seq2SeqBase"): {"method inference_steps"},
     ("train.py", "Trainer"): {"method _forward_loss", "method _update_step", "self._forward", "self._update",
                               "self.keras_model", "self.naive_shards"},  # torchrun's ranks: torch's data parallelism
 }  # fmt: skip

@@ -90,11 +90,12 @@ def _jax_value_and_gradients(compute_loss: Callable, variables: tuple):
     return jitted
 
 
-def jax_inference(model, compute: Callable) -> Callable:
-    """`compute(tensors)` (a pure function of `model`'s variables and `tensors`: inference, no state changes) jitted on
-    JAX over the variables' current values; one jitted function per model, kept on it (the first `compute` stands for
-    every later one: call it with the same computation)."""
-    if getattr(model, "_rosetta_jax_inference", None) is None:
+def jax_inference(model, compute: Callable, key: str = "run") -> Callable:
+    """`compute(tensors)` (a pure function of `model`'s variables and `tensors`, a structure of arrays: inference, no
+    state changes) jitted on JAX over the variables' current values; one jitted function per model and `key`, kept on
+    the model (the first `compute` of a key stands for every later one: call it with the same computation)."""
+    compiled = model.__dict__.setdefault("_rosetta_jax_inference", {})  # past Keras's attribute tracking
+    if key not in compiled:
         import jax
 
         variables = list(model.variables)
@@ -103,8 +104,8 @@ def jax_inference(model, compute: Callable) -> Callable:
             with keras.StatelessScope(state_mapping=list(zip(variables, values, strict=True))):
                 return compute(tensors)
 
-        object.__setattr__(model, "_rosetta_jax_inference", (variables, jax.jit(outputs_of)))  # past Keras's tracking
-    variables, jitted = model._rosetta_jax_inference
+        compiled[key] = variables, jax.jit(outputs_of)
+    variables, jitted = compiled[key]
     return lambda tensors: jitted([variable.value for variable in variables], tensors)
 
 
