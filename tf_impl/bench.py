@@ -98,10 +98,11 @@ def make_call(name: str, task: str, impl: str, mode: str, arrays: dict, max_len:
         trainer = Trainer(model, name, shared_bench.BENCH_SPEC, mode=mode)
         kept_xla = lambda: execution_path(model, mode, trainer.keras_model.jit_compile is True)  # noqa: E731  (Keras may turn XLA off)
         return (lambda: trainer.step(arrays)), kept_xla
-    if mode not in shared_bench.GREEDY_MODES[backend()]:
-        raise ValueError(f"greedy decoding runs in mode {' or '.join(shared_bench.GREEDY_MODES[backend()])} on Keras's "
-                         f"{backend()} backend, not {mode!r}")  # fmt: skip
-    if mode != "eager" and backend() == "tensorflow":  # the unit greedy decoding repeats; bypass Keras's attribute tracking
+    keras_backend = backend()
+    if mode not in shared_bench.GREEDY_MODES[keras_backend]:
+        raise ValueError(f"greedy decoding runs in mode {' or '.join(shared_bench.GREEDY_MODES[keras_backend])} on Keras's "
+                         f"{keras_backend} backend, not {mode!r}")  # fmt: skip
+    if mode != "eager" and keras_backend == "tensorflow":  # the unit greedy decoding repeats; bypass Keras's attribute tracking
         import tensorflow as tf
 
         object.__setattr__(model, "step", tf.function(model.step, jit_compile=mode == "xla"))

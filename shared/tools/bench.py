@@ -52,7 +52,7 @@ SCHEMA = 1
 KERAS_MODES = {"tensorflow": ("eager", "function", "xla"), "jax": ("eager", "xla"), "torch": ("eager",)}
 # Keras's greedy decoding's modes on each backend: TensorFlow's compiles its step as a tf.function where asked; on JAX
 # the contract jits the encoder and the step itself (Seq2SeqBase.inference_steps), so it runs as XLA whatever the mode
-GREEDY_MODES = {"tensorflow": ("eager", "function", "xla"), "jax": ("xla",), "torch": ("eager",)}
+GREEDY_MODES = {**KERAS_MODES, "jax": ("xla",)}
 ALL_MODES = ("eager", "compile", "function", "xla")  # what --modes takes
 
 

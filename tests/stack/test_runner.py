@@ -41,17 +41,11 @@ _TRAINED: dict[str, tuple[Path, dict]] = {}  # per stack (and pytest worker): on
 
 def _trained_run(name: str, tmp_path_factory) -> tuple[Path, dict]:
     """The `_run` of stack `name` trained (float64: the resumed runs of test_reliability follow its curve) and its
-    final metrics, trained once for every test that reads a finished run; copy it (`_trained_copy`) to change it."""
+    final metrics, trained once for every test that reads a finished run; a test that changes it copies it."""
     if name not in _TRAINED:
         run_dir = _run(tmp_path_factory.mktemp(f"trained-{name}"), dtype="float64")
         _TRAINED[name] = run_dir, runner.train(run_dir, name, progress=False)
     return _TRAINED[name]
-
-
-def _trained_copy(name: str, tmp_path_factory, tmp_path) -> tuple[Path, dict]:
-    """A copy of `_trained_run` in `tmp_path`, the test's own to read, write or train again."""
-    source, result = _trained_run(name, tmp_path_factory)
-    return Path(shutil.copytree(source, tmp_path / "trained")), result
 
 
 def test_a_run_writes_logs_checkpoints_and_metrics(stack, tmp_path_factory):
@@ -140,7 +134,7 @@ def test_a_checkpoint_of_another_vocabulary_is_refused(stack, tmp_path, tmp_path
 
 def test_a_second_training_needs_force(stack, tmp_path, tmp_path_factory):
     name = _stack_name(stack)
-    run_dir, _ = _trained_copy(name, tmp_path_factory, tmp_path)
+    run_dir = Path(shutil.copytree(_trained_run(name, tmp_path_factory)[0], tmp_path / "trained"))  # this test's own
     with pytest.raises(runs.RunError, match="pass --resume to continue it, --force to train again"):
         runner.train(run_dir, name, progress=False)
     runner.train(run_dir, name, force=True, progress=False)

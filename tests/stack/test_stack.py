@@ -14,16 +14,11 @@ MODELS = catalogue.built()
 DTYPES = ["float64", "float32"]
 
 
-def fixture_model(stack, name: str, dtype: str = "float64"):
-    """The model at its fixture sizes holding the golden weights."""
-    return fixtures.golden_model(stack, name, dtype)
-
-
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("name", MODELS)
 def test_outputs_and_gradients_match_the_golden_file(stack, name, dtype):
     spec, golden = catalogue.get(name), fixtures.load_golden(name)
-    model, bounds = fixture_model(stack, name, dtype), output_bounds(spec.tolerance, dtype)
+    model, bounds = fixtures.golden_model(stack, name, dtype), output_bounds(spec.tolerance, dtype)
     outputs = stack.run(model, name, golden.batch, teacher_forcing=golden.schedule)
     assert_all_close(outputs, golden.outputs, bounds, "outputs")
     loss, grads = stack.loss_and_grads(model, name, golden.batch, teacher_forcing=golden.schedule)
@@ -42,7 +37,7 @@ VARIABLE_LENGTH = [name for name in MODELS if catalogue.get(name).variable_lengt
 def test_padding_changes_nothing_on_valid_positions(stack, name):
     """Each padded row gives what it gives alone, unpadded: pads are masked in encoder and attention."""
     spec, golden = catalogue.get(name), fixtures.load_golden(name)
-    model, batch = fixture_model(stack, name), dict(golden.batch)
+    model, batch = fixtures.golden_model(stack, name), dict(golden.batch)
     batch["src"] = np.where(batch["src"] == spec.pad_id, spec.eos_id, batch["src"])  # pad content must not matter
     together = stack.run(model, name, batch, teacher_forcing=golden.schedule)
     for row, length in enumerate(batch["src_len"]):
@@ -57,7 +52,7 @@ def test_padding_changes_nothing_on_valid_positions(stack, name):
 def test_document_time_major_signature(stack, name):
     """The documents' `forward(source [S, B], target [T, B])` (the tutorial's `(inp [B, S], targ [B, T])`)."""
     spec, golden = catalogue.get(name), fixtures.load_golden(name)
-    model = fixture_model(stack, name)
+    model = fixtures.golden_model(stack, name)
     src, tgt = golden.batch["src"], np.concatenate([golden.batch["tgt_in"], golden.batch["tgt_out"][:, -1:]], 1)
     expected = stack.run(model, name, {"src": src, "tgt_in": tgt[:, :-1]})["logits"]
     if name == "tf_tutorial":
@@ -79,7 +74,7 @@ DROPOUT_MODELS = [name for name in catalogue.built() if catalogue.get(name).fixt
 def test_dropout_follows_training_in_the_documents_signature_and_in_loss_and_grads(stack, name):
     """torch's `model.train()` and Keras's `training=True` turn dropout on through the document's own call and
     `loss_and_grads(training=True)`; off (the default), both are deterministic: the control."""
-    golden, model = fixtures.load_golden(name), fixture_model(stack, name)
+    golden, model = fixtures.load_golden(name), fixtures.golden_model(stack, name)
     src, tgt = golden.batch["src"], np.concatenate([golden.batch["tgt_in"], golden.batch["tgt_out"][:, -1:]], 1)
     args = (_ids(stack, src), _ids(stack, tgt)) if name == "tf_tutorial" else (_ids(stack, src.T), _ids(stack, tgt.T))
     ratio = {} if name == "tf_tutorial" else {"teacher_force_ratio": 1.0}
@@ -115,7 +110,7 @@ def _ids(stack, array):
 @pytest.mark.parametrize("name", MODELS)
 def test_output_shapes_and_attention_rows(stack, name):
     spec, golden = catalogue.get(name), fixtures.load_golden(name)
-    outputs = stack.run(fixture_model(stack, name, "float32"), name, golden.batch)
+    outputs = stack.run(fixtures.golden_model(stack, name, "float32"), name, golden.batch)
     B, S, T = (spec.fixture_batch[k] for k in "BST")
     width = spec.vocab_size if spec.interface == "seq2seq" else spec.fixture_config["encoder_dim"]
     main = outputs["logits" if spec.interface == "seq2seq" else "context"]
@@ -158,7 +153,7 @@ DOCUMENT_SHAPES = {  # a few weights per family at the documents' own sizes
 
 @pytest.mark.parametrize("name", MODELS)
 def test_set_weights_of_get_weights_is_the_identity(stack, name):
-    model = fixture_model(stack, name)
+    model = fixtures.golden_model(stack, name)
     weights = stack.get_weights(model)
     golden = fixtures.load_golden(name).weights
     assert weights.keys() == golden.keys() and all(np.array_equal(weights[k], golden[k]) for k in golden)
@@ -170,7 +165,7 @@ def test_set_weights_of_get_weights_is_the_identity(stack, name):
 
 @pytest.mark.parametrize("name", MODELS)
 def test_bad_weights_are_rejected_naming_the_key(stack, name):
-    model = fixture_model(stack, name)
+    model = fixtures.golden_model(stack, name)
     weights = stack.get_weights(model)
     first, last = sorted(weights)[0], sorted(weights)[-1]
     cases = [
@@ -187,7 +182,7 @@ def test_bad_weights_are_rejected_naming_the_key(stack, name):
 @pytest.mark.parametrize("name", MODELS)
 def test_bad_inputs_raise_a_clear_value_error(stack, name):
     spec, golden = catalogue.get(name), fixtures.load_golden(name)
-    model = fixture_model(stack, name, "float32")
+    model = fixtures.golden_model(stack, name, "float32")
     for case, batch, fragment in bad_batches(spec, golden.batch):
         with pytest.raises(ValueError, match=fragment) as error:
             stack.run(model, name, batch)
@@ -199,13 +194,13 @@ def test_bad_inputs_raise_a_clear_value_error(stack, name):
 
 @pytest.mark.parametrize("max_len", [0, -1, 2.5, True])
 def test_greedy_rejects_a_bad_length_limit(stack, max_len):
-    model = fixture_model(stack, "luong_dot", "float32")
+    model = fixtures.golden_model(stack, "luong_dot", "float32")
     with pytest.raises(ValueError, match="max_len must be a positive integer"):
         stack.greedy(model, "luong_dot", fixtures.load_golden("luong_dot").batch, max_len=max_len)
 
 
 def test_greedy_needs_a_model_that_decodes_greedily(stack):
-    model = fixture_model(stack, "reverse_rnn", "float32")
+    model = fixtures.golden_model(stack, "reverse_rnn", "float32")
     with pytest.raises(ValueError, match="has no greedy decoding"):
         stack.greedy(model, "reverse_rnn", fixtures.load_golden("reverse_rnn").batch)
 
@@ -219,4 +214,4 @@ def test_build_rejects_bad_arguments(stack):
         stack.build("reverse_rnn", attention_size=3)
     with pytest.raises(ValueError, match="always teacher-forces"):
         batch = fixtures.load_golden("reverse_rnn").batch
-        stack.run(fixture_model(stack, "reverse_rnn"), "reverse_rnn", batch, teacher_forcing=0.5)
+        stack.run(fixtures.golden_model(stack, "reverse_rnn"), "reverse_rnn", batch, teacher_forcing=0.5)

@@ -110,14 +110,14 @@ class TorchLSTM(keras.layers.Layer):
         self.num_layers = num_layers
         self.dropout = dropout
         self.supports_masking = True  # the mask is passed on to every layer of the stack
-        projected = not backends.products_per_step()
+        projected, unroll = not backends.products_per_step(), backends.unroll_recurrences()
         self.stack = [
             keras.layers.RNN(
                 TorchLSTMCell(units, projected_inputs=projected, name=f"cell_l{i}", dtype=self.dtype_policy),
                 return_sequences=True,
                 return_state=True,
                 zero_output_for_mask=True,  # zero outputs at padded steps, as torch's packing
-                unroll=backends.unroll_recurrences(),
+                unroll=unroll,
                 name=f"lstm_l{i}",
                 dtype=self.dtype_policy,
             )
