@@ -33,6 +33,7 @@ def build(name: str, dtype: str = "float32", as_written: bool = False, **overrid
     model = factory(**config, dtype=dtype)
     model.rosetta_name, model.rosetta_config = name, config
     _set_as_written(model, True)
+    _without_symbolic_builds(model)
     model_outputs(model, spec, as_tensors(model, _dummy_batch(spec, config)))  # one call creates every variable
     backends.exact_float64(model)  # a float64 MultiHeadAttention's scale exactly (Keras rounds it to float32 on TF)
     for layer in model._flatten_layers(include_self=True, recursive=True):
@@ -43,6 +44,17 @@ def build(name: str, dtype: str = "float32", as_written: bool = False, **overrid
 
 
 serializable.register_builder(build)
+
+
+def _without_symbolic_builds(model) -> None:
+    """Marks built every layer under `model` that has no `build` of its own (our encoders, decoders, attention
+    layers), before the eager call that creates the variables. Keras would first trace such a layer's `call`
+    symbolically (`compute_output_spec`: a scratch graph on TensorFlow, `eval_shape` on JAX) to create its sublayers'
+    state, which the eager call then creates anyway; the sublayers with a `build` (Dense, GRU, Embedding...) still
+    build at their first call. Document 002's model at its fixture sizes, on TensorFlow: 1.85 -> 0.8 s a build."""
+    for layer in model._flatten_layers(include_self=True, recursive=True):
+        if keras.src.utils.is_default(layer.build):
+            layer.built = True
 
 
 def _set_as_written(model, as_written: bool) -> None:
