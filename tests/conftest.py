@@ -110,3 +110,15 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.section("measured maxima of |torch - tf| (equality policy of docs/DESIGN.md)")
         for line in maxima_table(dict(sorted(MAXIMA.items()))):
             terminalreporter.write_line(line)
+
+
+# The files whose tests run for tens of seconds (`--durations`: subprocesses, trainings, compiled programs), first:
+# pytest-xdist hands tests out in collection order, and one of these last would leave the other worker idle
+STARTED_FIRST = ("test_data_parallel.py", "test_stack_bench.py", "test_reliability.py", "test_docs.py", "test_fit.py",
+                 "test_training.py", "test_porting.py")  # fmt: skip
+
+
+def pytest_collection_modifyitems(items):
+    """STARTED_FIRST's files first, in that order; within a file and elsewhere, the collection order."""
+    rank = {name: index for index, name in enumerate(STARTED_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))

@@ -28,8 +28,16 @@ def _pair(name: str, dtype: str):
     return [fixtures.golden_model(stack, name, dtype) for stack in (torch_impl, tf_impl)]
 
 
-@pytest.mark.parametrize("dtype", ["float64", "float32"])
-@pytest.mark.parametrize("name", MODELS)
+# Keras on TensorFlow: every model in both precisions. On Keras's JAX and torch backends (tox -e keras) float32 for
+# documents 000 and 001 alone: document 002-004's float32 comparisons compile XLA programs of their own on JAX (250 of
+# that env's 700 CPU-seconds) through the code their float64 ones prove; `tox -e report` (`rosetta equality --backend`)
+# compares every model in both precisions on every backend
+FLOAT32_EVERYWHERE = {name for name in MODELS if catalogue.get(name).document in ("000", "001")}
+AGREE = [(name, dtype) for name in MODELS for dtype in ("float64", "float32")
+         if dtype == "float64" or tf_impl.backends.name() == "tensorflow" or name in FLOAT32_EVERYWHERE]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "dtype"), AGREE)
 def test_stacks_agree(name, dtype):
     MAXIMA[name, dtype] = compare_stacks(name, dtype, torch_impl, tf_impl)
 

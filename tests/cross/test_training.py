@@ -38,9 +38,18 @@ REPO = Path(__file__).resolve().parents[2]
 
 # float64 for every model (1e-9 over 200 steps: the proof); float32 for the small models of documents 000 and 001. The
 # float32 curves of documents 002-004 (4 minutes of this env on a 2-core CPU) are `tox -e report`'s, whose `rosetta
-# equality --training` compares every model in both precisions; here their float64 curves prove the same steps
+# equality --training` compares every model in both precisions; here their float64 curves prove the same steps.
+# On Keras's JAX and torch backends (tox -e keras), float64 and one model per kind of layer the step runs through
+# (the bare layer, GRU with additive attention, GRU with a general score and its zero-gradient bias, bidirectional GRU,
+# stacked LSTMs with scheduled teacher forcing, MultiHeadAttention): the other models' layers and scores are those
+# models' blocks, their gradients proved on each backend by test_stacks_agree, and the report's `rosetta equality
+# --backend --training` trains all of them in both precisions (half of that env's time went to the other seven)
 FLOAT32_CURVES = [name for name in MODELS if catalogue.get(name).document in ("000", "001")]
+BACKEND_CURVES = ["additive_attention", "reverse_bahdanau", "reverse_luong_general", "bahdanau_bigru", "luong_general",
+                  "tf_tutorial_mha"]  # fmt: skip
 CURVES = [(name, "float64") for name in MODELS] + [(name, "float32") for name in FLOAT32_CURVES]
+if tf_impl.backends.name() != "tensorflow":
+    CURVES = [(name, "float64") for name in BACKEND_CURVES]
 
 
 @pytest.mark.parametrize(("name", "dtype"), CURVES)
