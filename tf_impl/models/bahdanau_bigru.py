@@ -13,7 +13,7 @@ import keras
 from keras import ops
 
 from shared.core.taps import CONTEXT_VECTORS, SOURCE_EMBEDDINGS, TARGET_EMBEDDINGS, tap
-from tf_impl.keras_compat.layers import torch_gru
+from tf_impl.keras_compat.layers import gru_step, torch_gru
 from tf_impl.models.seq2seq import Seq2SeqBase, masked_softmax, run_rnn
 
 
@@ -111,13 +111,10 @@ class Decoder(keras.layers.Layer):
         """`x [B]`, `hidden [B, Hd]` -> the input of `fc` `[B, Hd + 2He + Ed]`, hidden `[B, Hd]`, attention `[B, S]`."""
         embedding = tap(TARGET_EMBEDDINGS, self.dropout(self.embedding(x), training=training))  # [B, Ed]
         weighted, attention = self.attention(hidden, encoder_outputs, mask, keys)  # [B, 2He], [B, S]
-        weighted_concat = ops.expand_dims(
-            ops.concatenate((embedding, weighted), axis=1), 1
-        )  # [B, 1, Ed + 2He]; fix: first argument restored
-        output, hidden = self.gru(weighted_concat, initial_state=hidden)  # [B, 1, Hd], [B, Hd]
-        output = ops.squeeze(output, 1)  # [B, Hd]
+        weighted_concat = ops.concatenate((embedding, weighted), axis=1)  # [B, Ed + 2He]; fix: first argument restored
+        hidden = gru_step(self.gru, weighted_concat, hidden, training)  # [B, Hd]: the step's output and state
         # [B, Hd + 2He + Ed]; fix: first argument restored
-        return ops.concatenate((output, weighted, embedding), axis=1), hidden, attention
+        return ops.concatenate((hidden, weighted, embedding), axis=1), hidden, attention
 
 
 class Seq2Seq(Seq2SeqBase):
