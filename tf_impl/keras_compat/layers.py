@@ -138,7 +138,8 @@ class TorchLSTM(keras.layers.Layer):
             state = None if initial_state is None else [initial_state[0][i], initial_state[1][i]]
             steps_in = layer.cell.project(x) if layer.cell.projected_inputs else x  # [B, S, 4H] in one product, or [B, S, E]
             if x.shape[1] == 1 and mask is None:  # one step (a decoder fed step by step): the cell alone, no loop
-                x, h, c = self._one_step(layer, steps_in, state, training)  # [B, 1, H], [B, H], [B, H]
+                h, (_, c) = one_step(layer, steps_in[:, 0], state or self._zero_state(steps_in), training)  # [B, H] each
+                x = ops.expand_dims(h, 1)  # [B, 1, H]
             else:
                 x, h, c = layer(steps_in, initial_state=state, mask=mask, training=training)  # [B, S, H], [B, H], [B, H]
             if layer.unroll and mask is not None:  # Keras 3.15's unrolled JAX loop repeats the last output there
@@ -149,16 +150,9 @@ class TorchLSTM(keras.layers.Layer):
                 x = self.inter_dropout(x, training=training)
         return x, (ops.stack(hs), ops.stack(cs))  # [B, S, H], ([L, B, H], [L, B, H])
 
-    def _one_step(self, layer, step_in, state, training):
-        """What `layer` computes over a one-step sequence `step_in [B, 1, I]`, by its cell: Keras would wrap the step in
-        a loop (a while loop to trace on TensorFlow, a scan to compile on JAX) around it. Document 003's decoders, fed
-        one step at a time under scheduled teacher forcing, run 2 layers x T steps of these: `luong_general`'s train
-        step at its fixture sizes, float64, in a tf.function: the first (tracing) 17.9 -> 8.6 s, then 34 -> 16 ms a
-        step; on JAX, jitted: 18.4 -> 16.4 s to compile."""
-        if state is None:  # Keras's RNN starts from zeros
-            state = [ops.zeros((ops.shape(step_in)[0], self.units), dtype=self.compute_dtype)] * 2  # [B, H] each
-        h, (_, c) = layer.cell(step_in[:, 0], state, training=training)  # [B, H], [B, H]
-        return ops.expand_dims(h, 1), h, c
+    def _zero_state(self, inputs) -> list:
+        """Keras's initial state of a layer of the stack: zeros, (h, c) each `[B, H]`."""
+        return [ops.zeros((ops.shape(inputs)[0], self.units), dtype=self.compute_dtype)] * 2
 
     def get_config(self):
         return {**super().get_config(), "units": self.units, "num_layers": self.num_layers, "dropout": self.dropout}
@@ -191,11 +185,11 @@ def torch_gru(units: int, name: str, dtype=None) -> keras.layers.GRU:
     )
 
 
-def gru_step(layer: keras.layers.GRU, inputs, state, training=False):
-    """What `layer` (a `torch_gru`) computes over the one-step sequence `inputs [B, I]` from `state [B, H]`: the new
-    state `[B, H]`, also the step's output. By its cell, as the layer's loop would, without the loop Keras wraps even
-    one step in (a while loop to trace on TensorFlow, a scan to compile on JAX): document 002's decoder, fed one step
-    at a time: its train step at the fixture sizes, float64, in a tf.function: the first (tracing) 11.1 -> 6.1 s, then
-    38 -> 14 ms a step (on JAX the same, 17 s to compile)."""
-    state, _ = layer.cell(inputs, [state], training=training)  # [B, H]
-    return state
+def one_step(layer: keras.layers.RNN, inputs, states: list, training=False):
+    """What the recurrent `layer` computes over the one-step sequence `inputs [B, I]` from `states` (each `[B, H]`): its
+    output `[B, H]` and new states, by its cell as the layer's loop would, without the loop Keras wraps even one step
+    in (a while loop to trace on TensorFlow, a scan to compile on JAX). The decoders of documents 002 and 003 (under
+    scheduled teacher forcing) run step by step; their float64 train step at the fixture sizes in a tf.function, first
+    (tracing) step and then a step: bahdanau_bigru 11.1 -> 6.1 s and 38 -> 14 ms, luong_general 17.9 -> 8.6 s and 34 ->
+    16 ms; on JAX, the compile: 17 s unchanged, 18.4 -> 16.4 s."""
+    return layer.cell(inputs, states, training=training)

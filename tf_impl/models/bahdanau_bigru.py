@@ -13,7 +13,7 @@ import keras
 from keras import ops
 
 from shared.core.taps import CONTEXT_VECTORS, SOURCE_EMBEDDINGS, TARGET_EMBEDDINGS, tap
-from tf_impl.keras_compat.layers import gru_step, torch_gru
+from tf_impl.keras_compat.layers import one_step, torch_gru
 from tf_impl.models.seq2seq import Seq2SeqBase, masked_softmax, run_rnn
 
 
@@ -112,7 +112,7 @@ class Decoder(keras.layers.Layer):
         embedding = tap(TARGET_EMBEDDINGS, self.dropout(self.embedding(x), training=training))  # [B, Ed]
         weighted, attention = self.attention(hidden, encoder_outputs, mask, keys)  # [B, 2He], [B, S]
         weighted_concat = ops.concatenate((embedding, weighted), axis=1)  # [B, Ed + 2He]; fix: first argument restored
-        hidden = gru_step(self.gru, weighted_concat, hidden, training)  # [B, Hd]: the step's output and state
+        hidden, _ = one_step(self.gru, weighted_concat, [hidden], training)  # [B, Hd]: the step's output and state
         # [B, Hd + 2He + Ed]; fix: first argument restored
         return ops.concatenate((hidden, weighted, embedding), axis=1), hidden, attention
 
