@@ -18,9 +18,13 @@ def test_the_default_profile_covers_the_reverse_task_and_the_attention_layer_in_
         one = bench.cases(profile, stack, threads=1)
         assert not {c.mode for c in one} & bench.COMPILED_MODES  # compiled modes at one thread count only
         assert {c.sweep for c in two} == {"document", "seq_len", "batch", "floor"}
-        floors = [c for c in two if c.sweep == "floor"]  # every model's step at 1x2x2 in every mode, ours alone
-        assert {(c.model, c.mode) for c in floors} == {(c.model, c.mode) for c in two if c.sweep == "document"}
-        assert {(c.impl, c.task, c.sizes) for c in floors} == {("ours", "train_step", bench.FLOOR_SIZES)}
+        # every train step again at batch 1 and the document's lengths (its floor), each impl timed at the document's
+        documents = {(c.model, c.impl, c.mode, c.sizes) for c in two if c.sweep == "document" and c.task == "train_step"}
+        floors = {(c.model, c.impl, c.mode, c.sizes) for c in two if c.sweep == "floor" and c.task == "train_step"}
+        assert floors == {(model, impl, mode, bench.floor_sizes(sizes)) for model, impl, mode, sizes in documents}
+        assert {sizes for *_, sizes in floors} == {bench.Sizes(1, 10, 10)}  # the reverse task's 32x10x10 at batch 1
+        twins = bench.side_by_side([c for c in two if c.sweep == "floor" and c.model == "reverse_bahdanau"])
+        assert [case.impl for case in twins[0]] == ["ours", "as_written"]  # timed side by side
 
 
 def test_keras_on_jax_and_torch_runs_its_backends_modes_and_names_them_in_rows_and_files():

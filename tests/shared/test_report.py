@@ -178,17 +178,25 @@ def test_the_headline_gives_the_lowest_ratio_of_every_mode_and_the_flop_ceiling(
     assert (same["lowest ours/as-written"], same["lowest in"], same["FLOP ceiling"]) == (1.0, "ours is the listing", 1.0)
 
 
-def test_a_ratio_below_target_is_a_target_only_where_the_ceiling_after_the_floor_allows_it(tmp_path, inputs):
-    """The step's fixed cost (its floor) bounds the speed-up: torch compile's 1.2x (as written 6 ms, floor 4 ms, FLOP
-    ceiling 2x: 6 / (4 + 2 / 2) = 1.2x) is bounded; TF XLA's 14 / 12 = 1.17x (floor 2 ms: 14 / (2 + 12 / 2) = 1.75x)
-    is the target. Without the floor (negative control) both would be targets of ceiling 2x."""
+def _add_floors(inputs, floor_lengths, medians=(4.0, 2.0)):
+    """reverse_bahdanau's floors of torch compile and TF XLA (`medians`, ms) at batch 1 and `floor_lengths`, and TF
+    XLA's as-written step (14 ms, once), added to the result files of `inputs`."""
     folder = inputs["results_dir"] / CPU["machine"]
-    for stack, mode, floor in (("torch", "compile", 4.0), ("tf", "xla", 2.0)):
+    for (stack, mode), floor in zip((("torch", "compile"), ("tf", "xla")), medians, strict=True):
         data = json.loads((folder / f"{stack}.json").read_text())
-        data["rows"].append(_row("reverse_bahdanau", stack, mode, "ours", floor, sweep="floor", sizes=(1, 2, 3)))
-        if stack == "tf":
+        data["rows"].append(_row("reverse_bahdanau", stack, mode, "ours", floor, sweep="floor", sizes=(1, *floor_lengths)))
+        as_written_xla = ("reverse_bahdanau", "xla", "as_written")
+        if stack == "tf" and as_written_xla not in {(row["model"], row["mode"], row["impl"]) for row in data["rows"]}:
             data["rows"].append(_row("reverse_bahdanau", "tf", "xla", "as_written", 14.0))
         _write_json(folder / f"{stack}.json", data)
+
+
+def test_a_ratio_below_target_is_a_target_only_where_the_ceiling_after_the_floor_allows_it(tmp_path, inputs):
+    """The step's fixed cost (its floor: batch 1, the document's lengths) bounds the speed-up: torch compile's 1.2x (as
+    written 6 ms, floor 4 ms, FLOP ceiling 2x: 6 / (4 + 2 / 2) = 1.2x) is bounded; TF XLA's 14 / 12 = 1.17x (floor 2
+    ms: 14 / (2 + 12 / 2) = 1.75x) is the target. Without the floor (negative control) both would be targets of
+    ceiling 2x."""
+    _add_floors(inputs, (10, 11))  # the document rows' 32x10x11 at batch 1
     result, readme = _report(tmp_path, inputs)
     below = result["tables"]["speedup_below_target"]
     compiled, xla = _pick(below, model="reverse_bahdanau", mode="compile"), _pick(below, model="reverse_bahdanau", mode="xla")
@@ -199,6 +207,49 @@ def test_a_ratio_below_target_is_a_target_only_where_the_ceiling_after_the_floor
     assert "### Below 1.5x over as written" in readme
     no_floor = ceiling_after_floor(6.0, math.nan, 2.0)
     assert no_floor == 2.0 and no_floor >= SPEEDUP_TARGET  # the FLOP ceiling alone calls the compiled 1.2x a target
+
+
+def test_floors_at_other_lengths_than_the_documents_count_only_where_none_were_timed_at_them(tmp_path, inputs):
+    """An older run's floors (2 source and 3 target steps, not the document's 10 and 11) time less of the step's
+    dispatch: beside floors at the document's lengths they are left out (negative control: their 1 ms would make torch
+    compile's 1.2x a target, 6 / (1 + 5 / 2) = 1.71x); alone, they stand in, and the table names their sizes."""
+    _add_floors(inputs, (2, 3), medians=(1.0, 1.0))
+    result, _ = _report(tmp_path / "old", inputs)
+    old = _pick(result["tables"]["speedup_below_target"], model="reverse_bahdanau", mode="compile")
+    assert (old["floor sizes"], old["ceiling after floor"], old["verdict"]) == ("1x2x3", pytest.approx(6 / 3.5), "target")
+    _add_floors(inputs, (10, 11))
+    result, _ = _report(tmp_path / "new", inputs)
+    new = _pick(result["tables"]["speedup_below_target"], model="reverse_bahdanau", mode="compile")
+    assert (new["floor sizes"], new["ceiling after floor"], new["verdict"]) == ("1x10x11", pytest.approx(1.2), "bounded")
+
+
+def test_each_cpu_machine_gets_its_own_rows_below_the_target_and_the_headline_names_its_own(tmp_path, inputs):
+    """A second CPU machine (fewer rows: not the headline's) where reverse_bahdanau's torch compile is a target appears
+    in the table under its name; the headline's sentence names the targets of its own machine only."""
+    _add_floors(inputs, (10, 11))  # on the headline's machine torch compile is bounded, TF XLA a target
+    other = {**CPU, "machine": "cpu-other-2c", "stack": "torch"}
+    rows = [_row("reverse_bahdanau", "torch", "compile", impl, ms) for impl, ms in (("ours", 5.0), ("as_written", 6.0))]
+    _write_json(inputs["results_dir"] / "cpu-other-2c" / "torch.json", {"schema": 1, "environment": other, "rows": rows})
+    result, readme = _report(tmp_path, inputs)
+    below = result["tables"]["speedup_below_target"]
+    assert list(below["machine"].drop_duplicates()) == [CPU["machine"], "cpu-other-2c"]  # the headline's first
+    elsewhere = _pick(below, machine="cpu-other-2c", model="reverse_bahdanau")
+    assert (elsewhere["floor sizes"], elsewhere["verdict"]) == ("-", "target")  # no floor there: the FLOP ceiling
+    assert "(targets): reverse_bahdanau (1.17x TF xla, ceiling after floor 1.75x)." in readme  # not the other's 1.20x
+
+
+def test_the_listings_own_floor_leaves_only_the_work_above_it_to_the_flop_ceiling():
+    """As written 12 ms over its own floor of 4 ms, ours's floor 3 ms, FLOP ceiling 2x: at best ours takes 3 + (12 - 4) /
+    2 = 7 ms, a ceiling of 12 / 7 = 1.71x. Ours's floor standing for the listing's (negative control: not measured)
+    gives 12 / (3 + 9 / 2) = 1.6x; a floor above the step counts as the step."""
+    assert ceiling_after_floor(12.0, 3.0, 2.0, as_written_floor_ms=4.0) == pytest.approx(12 / 7)
+    assert ceiling_after_floor(12.0, 3.0, 2.0) == pytest.approx(1.6)
+    assert ceiling_after_floor(12.0, 3.0, 2.0, as_written_floor_ms=20.0) == pytest.approx(4.0)
+    rows = _compiled_rows("reverse_bahdanau", 12.0, 3.0, 2.0)
+    rows.append(_row("reverse_bahdanau", "torch", "compile", "as_written", 4.0, sweep="floor", sizes=(1, 10, 11), gflop=None))
+    row = _pick(_below_target(rows), model="reverse_bahdanau")
+    assert (row["as-written floor ms"], row["ceiling after floor"]) == (4.0, pytest.approx(12 / 7))
+    assert row["within spread"] == pytest.approx(10.8 / (3.3 + (10.8 - 3.6) / 2))  # q25 of both as-written rows, q75 of ours's
 
 
 def _below_target(rows):
@@ -220,7 +271,7 @@ def _compiled_rows(model, as_written, floor, ceiling, **quartiles):
     return [
         _row(model, "torch", "compile", "ours", 10.0, sizes=sizes, gflop=1.0),
         _row(model, "torch", "compile", "as_written", as_written, sizes=sizes, gflop=ceiling, **spread["as_written"]),
-        _row(model, "torch", "compile", "ours", floor, sweep="floor", sizes=(1, 2, 2), gflop=None, **spread["floor"]),
+        _row(model, "torch", "compile", "ours", floor, sweep="floor", sizes=(1, 10, 11), gflop=None, **spread["floor"]),
     ]
 
 
@@ -287,14 +338,14 @@ def test_the_ratio_columns_follow_from_the_medians(tmp_path, inputs):
 
 
 def test_a_ratio_outside_the_band_comes_with_where_the_time_goes(tmp_path, inputs):
-    """reverse_bahdanau: torch 5 ms, TF 8 ms (0.62x); at 1x2x2 TF still takes 7 ms, torch 1 ms: TF's fixed cost per
-    step alone is 1.4x torch's whole step; the eager floors over their ops give what one op costs (10 and 20 µs).
+    """reverse_bahdanau: torch 5 ms, TF 8 ms (0.62x); at batch 1 (1x10x11) TF still takes 7 ms, torch 1 ms: TF's fixed
+    cost per step alone is 1.4x torch's whole step; the eager floors over their ops give what one op costs (10 and 20 µs).
     Without floor rows there is no such table (negative control)."""
     _, plain = _report(tmp_path, inputs, "plain")
     assert "reverse_bahdanau (ours" in plain and "Where the time goes" not in plain
     for stack, medians, ops in (("torch", (1.0, 2.0), 100), ("tf", (7.0, 9.0), 350)):
         rows = [
-            _row("reverse_bahdanau", stack, mode, "ours", median, sweep="floor", sizes=(1, 2, 2), ops=ops)
+            _row("reverse_bahdanau", stack, mode, "ours", median, sweep="floor", sizes=(1, 10, 11), ops=ops)
             for mode, median in zip(("eager", "compile" if stack == "torch" else "function"), medians, strict=True)
         ]
         environment = {**CPU, "stack": stack}

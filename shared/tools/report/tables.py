@@ -152,25 +152,48 @@ def flop_ceiling(rows) -> float:
     return float(counted.get("as_written", math.nan) / counted.get("ours", math.nan))
 
 
-def ceiling_after_floor(as_written_ms: float, floor_ms: float, ceiling: float) -> float:
-    """The FLOP ceiling once the step's fixed cost is counted: `as written / (floor + (as written - floor) / ceiling)`.
-    The floor (the same step of ours at FLOOR_SIZES, same mode) is what a step costs with almost no arithmetic; no
-    hoisting shortens it, so at best the time above it falls by the FLOP ceiling. The FLOP ceiling itself where no
-    floor was measured."""
+def ceiling_after_floor(as_written_ms: float, floor_ms: float, ceiling: float, as_written_floor_ms: float = math.nan) -> float:
+    """The FLOP ceiling once the step's fixed cost is counted: `as written / (floor + (as written - as-written floor) /
+    ceiling)`. A floor (the same step at batch 1 and the document's lengths, same mode: `floor_rows`) is what the step
+    costs with almost no arithmetic: no hoisting shortens ours's, and only the time as written spends above its own can
+    fall by the FLOP ceiling. Exact where a step's time is its floor plus arithmetic that scales with the batch and ours
+    does 1/ceiling of the listing's (the batch-1 arithmetic in each floor then cancels). Ours's floor stands for the
+    listing's where that was not measured; the FLOP ceiling itself where neither was."""
     if math.isnan(floor_ms):
         return ceiling
-    floor_ms = min(floor_ms, as_written_ms)
-    return as_written_ms / (floor_ms + (as_written_ms - floor_ms) / ceiling)
+    as_written_floor_ms = floor_ms if math.isnan(as_written_floor_ms) else as_written_floor_ms
+    floor_ms, as_written_floor_ms = min(floor_ms, as_written_ms), min(as_written_floor_ms, as_written_ms)
+    return as_written_ms / (floor_ms + (as_written_ms - as_written_floor_ms) / ceiling)
+
+
+def floor_rows(rows, document):
+    """The floor rows of `rows` (sweep "floor") at the lengths of `document`'s rows (batch 1, the document's source and
+    target lengths), or, where none were timed so, at the lengths an older run took (2 source and 2 target steps,
+    which leave out most of a longer loop's dispatch: a ceiling after such a floor is an upper bound)."""
+    lengths = set(zip(document["src_len"], document["tgt_len"], strict=True))
+    floors = rows[rows["sweep"] == "floor"]
+    at_lengths = np.array([pair in lengths for pair in zip(floors["src_len"], floors["tgt_len"], strict=True)], dtype=bool)
+    return floors.loc[at_lengths] if at_lengths.any() else floors
 
 
 def below_target_table(rows, context: dict | None):
-    """Every (model, stack, mode) whose ours/as-written is below SPEEDUP_TARGET in the headline setting although its
-    FLOP ceiling allows it: the ratio, the FLOP ceiling, as-written and floor ms, the ceiling after the floor (at the
-    medians and at the repeats' least favourable quartiles), the sibling ceiling (catalogue `less_work`), and the
-    verdict (`_verdict`). None where none."""
+    """Every (model, stack, mode) whose ours/as-written is below SPEEDUP_TARGET although its FLOP ceiling allows it, in
+    the headline setting and then on each other CPU machine at its preferred setting (`pick_context`): the ratio, the
+    FLOP ceiling, as-written and floor ms, the ceiling after the floor (at the medians and at the repeats' least
+    favourable quartiles), the sibling ceiling (catalogue `less_work`), and the verdict (`_verdict`). None where none."""
     import pandas as pd
 
-    steps = in_context(rows[(rows["task"] == "train_step") & (rows["status"] == "ok")], context)
+    steps = rows[(rows["task"] == "train_step") & (rows["status"] == "ok")]
+    machines = [] if context is None else [context]
+    cpu = steps[(steps["device"] == "cpu") & (steps["sweep"] == "document")]
+    for machine in sorted(set(cpu["machine"]) - {m["machine"] for m in machines}):
+        machines.append(pick_context(select(cpu, machine=machine)))
+    records = [record for setting in machines for record in _below_target_records(in_context(steps, setting))]
+    return pd.DataFrame(records) if records else None
+
+
+def _below_target_records(steps) -> list[dict]:
+    """below_target_table's rows of one setting's successful train steps."""
     records = []
     for name, spec in catalogue.CATALOGUE.items():
         model_rows = select(steps, model=name)
@@ -185,16 +208,28 @@ def below_target_table(rows, context: dict | None):
             if not ratio < SPEEDUP_TARGET:  # reached, or not timed both ways
                 continue
             as_written = _fastest(group[group["impl"] == "as_written"])
-            floor = _fastest(select(model_rows, sweep="floor", impl="ours", stack=stack, mode=mode))
+            floors = floor_rows(select(model_rows, stack=stack, mode=mode), document)
+            floor, as_written_floor = (_fastest(floors[floors["impl"] == impl]) for impl in ("ours", "as_written"))
             sibling = _fastest(select(steps, model=spec.less_work, sweep="document", impl="ours", stack=stack, mode=mode))
-            after = ceiling_after_floor(as_written["median_ms"], floor["median_ms"], ceiling)
-            after_low = ceiling_after_floor(as_written["q25_ms"], floor["q75_ms"], ceiling)  # the spread's worst case
+            after = ceiling_after_floor(as_written["median_ms"], floor["median_ms"], ceiling, as_written_floor["median_ms"])
+            # the spread's worst case: as written's q25, ours's floor at its q75, the listing's at its q25
+            after_low = ceiling_after_floor(as_written["q25_ms"], floor["q75_ms"], ceiling, as_written_floor["q25_ms"])
             sibling_ceiling = as_written["median_ms"] / sibling["median_ms"]
-            records.append({"model": name, "stack": LABELS[stack], "mode": mode, "ours/as-written": ratio,
-                            "FLOP ceiling": ceiling, "as-written ms": as_written["median_ms"], "floor ms": floor["median_ms"],
-                            "ceiling after floor": after, "within spread": after_low, "sibling ceiling": sibling_ceiling,
+            records.append({"machine": group["machine"].iloc[0], "model": name, "stack": LABELS[stack], "mode": mode,
+                            "ours/as-written": ratio, "FLOP ceiling": ceiling, "as-written ms": as_written["median_ms"],
+                            "floor sizes": _sizes_label(floors[floors["impl"] == "ours"]), "floor ms": floor["median_ms"],
+                            "as-written floor ms": as_written_floor["median_ms"], "ceiling after floor": after,
+                            "within spread": after_low, "sibling ceiling": sibling_ceiling,
                             "verdict": _verdict(after, after_low, sibling_ceiling, spec.less_work)})  # fmt: skip
-    return pd.DataFrame(records) if records else None
+    return records
+
+
+def _sizes_label(rows) -> str:
+    """The sizes (BxSxT) of the fastest of `rows`; "-" where there is none."""
+    if rows.empty:
+        return "-"
+    fastest = rows.loc[rows["median_ms"].idxmin()]
+    return f"{fastest['batch']}x{fastest['src_len']}x{fastest['tgt_len']}"
 
 
 def _fastest(rows) -> dict:
@@ -401,8 +436,8 @@ def outside_band(table):
 
 
 def overhead_table(table, rows):
-    """Where the time goes in each train-step setting of ours outside RATIO_BAND: each stack's best step, its floor (the
-    step at FLOOR_SIZES: what a step costs with almost no arithmetic), the slower stack's floor over the faster's step
+    """Where the time goes in each train-step setting of ours outside RATIO_BAND: each stack's best step, its floor
+    (`floor_rows`: what the step costs with almost no arithmetic), the slower stack's floor over the faster's step
     (beyond RATIO_BAND: no kernel work closes the gap at these sizes), the floors' difference over the steps' (1 or
     more: the whole gap is fixed cost per step; near 0: it is the work), the ops an eager step dispatches, and what
     one op costs at the eager floor (µs). None where no outside-band setting has floors in both stacks."""
@@ -411,7 +446,8 @@ def overhead_table(table, rows):
     records = []
     for _, row in outside_band(table[table["impl"] == "ours"]).iterrows():
         setting_of = {key: row[key] for key in ("model", "machine", "device", "threads", "dtype")}
-        floor = select(rows, sweep="floor", status="ok", impl="ours", **setting_of)
+        document = select(rows, sweep="document", status="ok", task="train_step", impl="ours", **setting_of)
+        floor = floor_rows(select(rows, status="ok", impl="ours", **setting_of), document)
         if set(floor["stack"]) != set(STACKS):
             continue
         steps = select(table, status="ok", impl="ours", **setting_of).groupby("stack")["median ms"].min()
@@ -422,7 +458,6 @@ def overhead_table(table, rows):
         record |= {f"floor {LABELS[stack]} ms": floors[stack] for stack in STACKS}
         record["slower floor / faster step"] = floors[slower] / steps[faster]
         record["floors' share of the gap"] = (floors[slower] - floors[faster]) / (steps[slower] - steps[faster])
-        document = select(rows, sweep="document", status="ok", task="train_step", impl="ours", **setting_of)
         for stack in STACKS:
             eager = floor[(floor["stack"] == stack) & (floor["mode"] == "eager")]
             record[f"ops {LABELS[stack]}"] = document[document["stack"] == stack]["ops"].max()
