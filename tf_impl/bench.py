@@ -4,7 +4,8 @@ XLA; JAX: eager, XLA (jit); torch: eager), peak memory, a matmul peak, and which
 kept it).
 
 Mirrors torch_impl/bench.py function for function. FLOPs are counted once, by the torch stack (the
-same model computes the same products); `count_gflop` here returns None and the report fills it in.
+same model computes the same products); `count_gflop` here returns None and the report fills it in. What a compiler
+made of a step is costed here only: XLA's cost model of Keras on JAX's jitted train step (`compiled_cost`).
 """
 
 from __future__ import annotations
@@ -146,6 +147,20 @@ def count_ops(name: str, impl: str, arrays: dict) -> int | None:
     finally:
         op_callbacks.remove_op_callback(counted)
     return count[0]
+
+
+def compiled_cost(name: str, task: str, impl: str, mode: str, arrays: dict) -> dict | None:
+    """XLA's cost model of a train step's compiled forward and backward (`backends.compiled_cost`: GFLOP after XLA's
+    rewrites, MB read and written) where Keras on JAX runs it jitted; None for other cases and backends. Costed with
+    every recurrent layer unrolled: XLA's cost model counts a loop's body once, whatever its trip count (a 10-step
+    scan costs what one step does), while unrolled every step is counted, and merged where XLA merges it."""
+    if task != "train_step" or mode != "xla":
+        return None
+    model = build(name, impl)
+    for layer in model._flatten_layers(include_self=False):
+        if isinstance(layer, keras.layers.RNN):
+            layer.unroll = True
+    return backends.compiled_cost(*contract.loss_closure(model, name, arrays))
 
 
 def count_gflop(name: str, task: str, impl: str, arrays: dict, max_len: int) -> None:

@@ -143,16 +143,21 @@ def compiles_per_shape() -> bool:
 def loss_and_grads(model, name: str, batch: Mapping, teacher_forcing=None, training: bool = False):
     """The loss of `batch` and its gradient w.r.t. every canonical weight; `training`: dropout on. Dense (an
     Embedding's repeated rows summed, as torch reports them; backends.value_and_gradients on Keras's backend)."""
-    spec, arrays, schedule = prepare(name, model.rosetta_config, batch, teacher_forcing, with_targets=True)
-    tensors = as_tensors(model, arrays)
-    variables = [var for _, _, found in leaves(model) for var in found.values()]
-    loss, gradients = backends.value_and_gradients(
-        lambda: training_loss(spec, model_outputs(model, spec, tensors, schedule, training), tensors), variables
-    )
+    compute_loss, variables = loss_closure(model, name, batch, teacher_forcing, training)
+    loss, gradients = backends.value_and_gradients(compute_loss, variables)
     by_variable = dict(zip(map(id, variables), gradients, strict=True))
     return float(keras.ops.convert_to_numpy(loss)), get_grads(
         model, lambda variable: _dense_gradient(by_variable[id(variable)], variable)
     )
+
+
+def loss_closure(model, name: str, batch: Mapping, teacher_forcing=None, training: bool = False) -> tuple:
+    """`compute_loss()` of `batch` (no argument: the tensors are bound) and the canonical weights it differentiates
+    against, as `loss_and_grads` and the bench's compiled cost (`backends.compiled_cost`) take them."""
+    spec, arrays, schedule = prepare(name, model.rosetta_config, batch, teacher_forcing, with_targets=True)
+    tensors = as_tensors(model, arrays)
+    variables = [var for _, _, found in leaves(model) for var in found.values()]
+    return (lambda: training_loss(spec, model_outputs(model, spec, tensors, schedule, training), tensors)), variables
 
 
 def _dense_gradient(gradient, variable) -> np.ndarray:

@@ -139,6 +139,11 @@ def count_ops(name: str, impl: str, arrays: dict) -> int:
     return Counter.count
 
 
+def compiled_cost(name: str, task: str, impl: str, mode: str, arrays: dict) -> None:
+    """None: Inductor exposes no cost model of what it compiled (Keras on JAX reports XLA's: tf_impl.bench)."""
+    return None
+
+
 def count_gflop(name: str, task: str, impl: str, arrays: dict, max_len: int) -> float:
     """Matmul GFLOP of one case (forward and backward for a train step), counted on the CPU."""
     from torch.utils.flop_counter import FlopCounterMode

@@ -114,10 +114,21 @@ def _mode(model: torch.nn.Module, training: bool):
 def loss_and_grads(model: torch.nn.Module, name: str, batch: Mapping, teacher_forcing=None, training: bool = False):
     """The loss of `batch` and its gradient w.r.t. every canonical weight; `training`: dropout on (train mode),
     else eval mode, whatever mode the model is in."""
-    spec, arrays, schedule = prepare(name, model.rosetta_config, batch, teacher_forcing, with_targets=True)
-    tensors = as_tensors(model, arrays)
+    compute_loss, _ = loss_closure(model, name, batch, teacher_forcing, training)
     model.zero_grad(set_to_none=True)
-    with _mode(model, training):
-        loss = training_loss(spec, model_outputs(model, spec, tensors, schedule), tensors)
+    loss = compute_loss()
     loss.backward()
     return float(loss.detach()), get_grads(model)
+
+
+def loss_closure(model: torch.nn.Module, name: str, batch: Mapping, teacher_forcing=None, training: bool = False) -> tuple:
+    """`compute_loss()` of `batch` (no argument: the tensors are bound; train mode where `training`, else eval mode) and
+    the parameters it differentiates against, as `loss_and_grads` takes them (tf_impl.contract.loss_closure's twin)."""
+    spec, arrays, schedule = prepare(name, model.rosetta_config, batch, teacher_forcing, with_targets=True)
+    tensors = as_tensors(model, arrays)
+
+    def compute_loss():
+        with _mode(model, training):
+            return training_loss(spec, model_outputs(model, spec, tensors, schedule), tensors)
+
+    return compute_loss, list(model.parameters())

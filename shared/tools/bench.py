@@ -332,7 +332,15 @@ def _warm_case(bench, case: Case, profile: Profile, device: str) -> tuple:
     call, execution_path = bench.make_call(case.model, case.task, case.impl, case.mode, arrays, case.sizes.tgt_len, device)
     warm = warm_up(call, profile.warmup)
     measured = {"peak_mem_mb": bench.peak_memory_mb(device), "gflop": _gflop(bench, case, arrays), "path": execution_path()}
-    return call, warm, {**measured, "ops": _ops(bench, case, arrays)}
+    return call, warm, {**measured, "ops": _ops(bench, case, arrays), **_compiled_cost(bench, case, arrays)}
+
+
+def _compiled_cost(bench, case: Case, arrays: dict) -> dict:
+    """The compiler's own cost of a train step at the document's sizes (`compiled_gflop`, `compiled_mb`: the stack's
+    `compiled_cost`, Keras on JAX jitted only); {} for other cases, or where the stack has no cost model."""
+    if case.sweep != "document":
+        return {}
+    return bench.compiled_cost(case.model, case.task, case.impl, case.mode, arrays) or {}
 
 
 def _row(bench, stack: str, case: Case, threads: int, device: str) -> dict:

@@ -215,3 +215,46 @@ def test_greedy_decoding_on_jax_runs_one_jitted_encoder_and_one_jitted_step():
     assert np.array_equal(jitted["tokens"], eager["tokens"]) and jitted["tokens"].shape[1] > 1
     assert_close(jitted["attention"], eager["attention"], 1e-12, what="greedy attention")
     assert [model._rosetta_jax_inference[key][1]._cache_size() for key in ("encode", "step")] == [1, 1]
+
+
+def test_the_bench_reads_xlas_own_cost_of_a_jitted_train_step_on_jax_only():
+    """On JAX the bench records XLA's cost model of the compiled forward and backward: reverse_bahdanau's listing does
+    more arithmetic than ours (it projects the encoder's outputs at every decoder step, and the gradients of those
+    products are not one product XLA could merge); reverse_rnn's ours is its listing (negative control: the same
+    program costs the same). Other modes, other tasks and other backends: no cost."""
+    from shared.specs import Sizes
+    from shared.verify.fixtures import synthetic_batch
+    from tf_impl import bench as keras_bench
+
+    def cost(name, impl, mode="xla", task="train_step"):
+        return keras_bench.compiled_cost(name, task, impl, mode, synthetic_batch(name, Sizes(4, 6, 5)))
+
+    if BACKEND != "jax":
+        assert cost("reverse_rnn", "ours") is None
+        return
+    ours, listing = cost("reverse_bahdanau", "ours"), cost("reverse_bahdanau", "as_written")
+    assert set(ours) == {"compiled_gflop", "compiled_mb"} and min(ours.values()) > 0
+    assert listing["compiled_gflop"] > 1.1 * ours["compiled_gflop"], (listing, ours)
+    assert cost("reverse_rnn", "ours") == cost("reverse_rnn", "as_written")
+    assert cost("reverse_rnn", "ours", mode="eager") is None and cost("reverse_rnn", "ours", task="greedy") is None
+
+
+@pytest.mark.skipif(BACKEND != "jax", reason="JAX only: the backend whose compiled steps XLA's cost model costs")
+def test_the_compiled_cost_counts_every_step_of_a_recurrent_loop():
+    """reverse_rnn's step at twice the lengths does about twice the work, and its cost says so: the bench costs it with
+    its recurrent layers unrolled. Costed as it runs (negative control: Keras's GRUs as scans), XLA's cost model counts
+    each loop's body once, and the longer step seems to cost little more than the shorter one (its embeddings and
+    output layer)."""
+    from shared.specs import Sizes
+    from shared.verify.fixtures import synthetic_batch
+    from tf_impl import bench as keras_bench
+    from tf_impl import contract
+
+    def costs(sizes):
+        arrays = synthetic_batch("reverse_rnn", sizes)
+        scanned = backends.compiled_cost(*contract.loss_closure(keras_bench.build("reverse_rnn", "ours"), "reverse_rnn", arrays))
+        return keras_bench.compiled_cost("reverse_rnn", "train_step", "ours", "xla", arrays), scanned
+
+    (unrolled, scanned), (unrolled_twice, scanned_twice) = costs(Sizes(4, 6, 6)), costs(Sizes(4, 12, 12))
+    assert 1.8 < unrolled_twice["compiled_gflop"] / unrolled["compiled_gflop"] < 2.2
+    assert scanned_twice["compiled_gflop"] / scanned["compiled_gflop"] < 1.5  # the trap: a loop counted once

@@ -275,6 +275,26 @@ def _compiled_rows(model, as_written, floor, ceiling, **quartiles):
     ]
 
 
+def test_where_the_compiler_reports_its_own_cost_the_compiled_flops_set_the_modes_ceiling():
+    """Keras on JAX, jitted: torch counts the listing's products at 2x ours, but XLA's cost model of the two compiled
+    steps says 1.4x (it merged what the listing repeats) and 0.98x the bytes. As written 12 ms, floors 2 ms: the
+    ceiling after the floor is 12 / (2 + 10 / 1.4) = 1.31x, bounded; from torch's count (negative control: the same
+    rows without the compiled cost) it would be 12 / (2 + 10 / 2) = 1.71x, a target."""
+    sizes, floor = (32, 10, 11), (1, 10, 11)
+    costs = {"ours": {"compiled_gflop": 1.0, "compiled_mb": 50.0}, "as_written": {"compiled_gflop": 1.4, "compiled_mb": 49.0}}
+    steps = [_row("reverse_bahdanau", "tf", "jax-xla", impl, ms, sizes=sizes, gflop=gflop, **costs[impl])
+             for impl, ms, gflop in (("ours", 10.0, 1.0), ("as_written", 12.0, 2.0))]  # fmt: skip
+    floors = [_row("reverse_bahdanau", "tf", "jax-xla", impl, 2.0, sweep="floor", sizes=floor) for impl in costs]
+    compiled = _pick(_below_target([*steps, *floors]), model="reverse_bahdanau")
+    assert (compiled["FLOP ceiling"], compiled["counted by"]) == (pytest.approx(1.4), "XLA, compiled")
+    assert compiled["bytes ratio"] == pytest.approx(0.98)
+    assert (compiled["ceiling after floor"], compiled["verdict"]) == (pytest.approx(12 / (2 + 10 / 1.4)), "bounded")
+    uncosted = [{key: value for key, value in row.items() if not key.startswith("compiled")} for row in steps]
+    counted = _pick(_below_target([*uncosted, *floors]), model="reverse_bahdanau")
+    assert (counted["FLOP ceiling"], counted["counted by"]) == (pytest.approx(2.0), "torch, products")
+    assert (counted["ceiling after floor"], counted["verdict"]) == (pytest.approx(12 / 7), "target")
+
+
 def test_a_model_with_less_work_bounds_the_speed_up_of_its_sibling():
     """reverse_luong_general is reverse_luong_dot's step plus W (catalogue less_work): its 1.2x (as written 12 ms, ours
     10) has a ceiling after the floor of 12 / (1 + 11 / 2) = 1.85x, but ours of reverse_luong_dot runs in 9 ms, so no

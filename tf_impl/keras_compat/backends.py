@@ -90,6 +90,19 @@ def _jax_value_and_gradients(compute_loss: Callable, variables: tuple):
     return jitted
 
 
+def compiled_cost(compute_loss: Callable, variables: list) -> dict | None:
+    """What XLA's cost model says of the compiled program of `compute_loss()` and its gradients (value_and_gradients'
+    jitted function, lowered and compiled at the variables' values): its GFLOP (every op's, not only the products,
+    after XLA's own rewrites: a product computed twice is computed once) and the MB its ops read and write. On JAX
+    only (None elsewhere: TensorFlow's XLA and torch's Inductor expose no cost model)."""
+    if name() != "jax":
+        return None
+    values = [variable.value for variable in variables]
+    cost = _jax_value_and_gradients(compute_loss, tuple(variables)).lower(values).compile().cost_analysis()
+    cost = cost[0] if isinstance(cost, list) else cost  # older jax: one dict per device
+    return {"compiled_gflop": cost["flops"] / 1e9, "compiled_mb": cost["bytes accessed"] / 1e6}
+
+
 def jax_inference(model, compute: Callable, key: str = "run") -> Callable:
     """`compute(tensors)` (a pure function of `model`'s variables and `tensors`, a structure of arrays: inference, no
     state changes) jitted on JAX over the variables' current values; one jitted function per model and `key`, kept on

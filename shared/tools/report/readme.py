@@ -195,8 +195,11 @@ def _below_target(tables: Tables) -> list[str]:
         "",
         f"Every mode where ours is below {SPEEDUP_TARGET}x over the listing although the FLOP ceiling is "
         f"{SPEEDUP_TARGET}x or more (below it, the headline's FLOP ceiling bounds the ratio), in the headline's setting, "
-        "then on each other CPU machine at its most threads. The FLOP ceiling "
-        "(as-written FLOPs / ours, matmuls counted by torch) assumes the whole step scales with its arithmetic; a step "
+        "then on each other CPU machine at its most threads. The FLOP ceiling is as-written FLOPs / ours: torch's count "
+        "of the products, or where the compiler reports its own cost (counted by: XLA, compiled; Keras on JAX, jitted) "
+        "the compiled train steps', every op after XLA's rewrites (a product the listing repeats, merged); bytes ratio: "
+        "the compiled steps' bytes read and written, as written / ours (the FLOPs ours saves do not shorten a step "
+        "whose time follows its bytes). A FLOP ceiling assumes the whole step scales with its arithmetic; a step "
         "also has a fixed cost, its floor (the same step at batch 1 and the document's lengths, same stack and mode, "
         "ours and as written side by side: every op of every decoder step dispatched, the optimizer's per-variable work, "
         "Keras's train_on_batch, and 1/batch of the arithmetic; floor sizes says which: runs before 2026-11-27 timed "
