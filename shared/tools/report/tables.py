@@ -210,7 +210,8 @@ def _below_target_records(steps) -> list[dict]:
                 continue
             as_written = _fastest(group[group["impl"] == "as_written"])
             floors = floor_rows(select(model_rows, stack=stack, mode=mode), document)
-            floor, as_written_floor = (_fastest(floors[floors["impl"] == impl]) for impl in ("ours", "as_written"))
+            ours_floors, listing_floors = (floors[floors["impl"] == impl] for impl in ("ours", "as_written"))
+            floor, as_written_floor = _fastest(ours_floors), _fastest(listing_floors)
             sibling = _fastest(select(steps, model=spec.less_work, sweep="document", impl="ours", stack=stack, mode=mode))
             after = ceiling_after_floor(as_written["median_ms"], floor["median_ms"], ceiling, as_written_floor["median_ms"])
             # the spread's worst case: as written's q25, ours's floor at its q75, the listing's at its q25
@@ -219,7 +220,7 @@ def _below_target_records(steps) -> list[dict]:
             records.append({"machine": group["machine"].iloc[0], "model": name, "stack": LABELS[stack], "mode": mode,
                             "ours/as-written": ratio, "FLOP ceiling": ceiling, "counted by": _counted_by(compiled),
                             "bytes ratio": compiled["compiled_mb"], "as-written ms": as_written["median_ms"],
-                            "floor sizes": _sizes_label(floors[floors["impl"] == "ours"]), "floor ms": floor["median_ms"],
+                            "floor sizes": _sizes_label(ours_floors), "floor ms": floor["median_ms"],
                             "as-written floor ms": as_written_floor["median_ms"], "ceiling after floor": after,
                             "within spread": after_low, "sibling ceiling": sibling_ceiling,
                             "verdict": _verdict(after, after_low, sibling_ceiling, spec.less_work)})  # fmt: skip
@@ -247,7 +248,12 @@ def _sizes_label(rows) -> str:
     if rows.empty:
         return "-"
     fastest = rows.loc[rows["median_ms"].idxmin()]
-    return f"{fastest['batch']}x{fastest['src_len']}x{fastest['tgt_len']}"
+    return sizes_text(*(fastest[name] for name in SIZES))
+
+
+def sizes_text(batch: int, src_len: int, tgt_len: int) -> str:
+    """A case's sizes as the report prints them: "32x10x10"."""
+    return f"{batch}x{src_len}x{tgt_len}"
 
 
 def _fastest(rows) -> dict:
@@ -442,7 +448,7 @@ def speed_table(rows, task: str):
     frame["_backend"], eager = backend_and_mode[0], backend_and_mode[2] == "eager"
     frame["mode/eager"] = _group_min(frame, [*SETTING, "stack", "_backend", "impl"], eager) / median  # same backend
     frame["% matmul peak"] = 100 * frame["gflop"] / (frame["median_ms"] / 1000) / frame["matmul_gflops"]
-    frame["sizes"] = [f"{b}x{s}x{t}" for b, s, t in zip(frame["batch"], frame["src_len"], frame["tgt_len"], strict=True)]
+    frame["sizes"] = [sizes_text(*sizes) for sizes in zip(*(frame[name] for name in SIZES), strict=True)]
     numeric = frame[list(SPEED_COLUMNS)].rename(columns=SPEED_COLUMNS).reset_index(drop=True)
     return numeric, _speed_shown(numeric)
 
