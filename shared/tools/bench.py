@@ -40,6 +40,7 @@ from shared.tools.machine import (
     git_commit,
     machine_slug,
     others_busy,
+    paired_ratio,
     slow_phase,
     thread_environment,
     time_side_by_side,
@@ -292,6 +293,7 @@ def _measure_cases(bench, stack: str, group: list[Case], profile: Profile, threa
         during = OthersMeter.start()
         calls, warms = [call for call, _, _ in warmed.values()], [warm for _, warm, _ in warmed.values()]
         timings = time_side_by_side(calls, warms, profile.repeats, profile.big_repeats, profile.sample_s)
+        samples = {group[index].impl: timing.pop("samples_ms") for index, timing in zip(warmed, timings, strict=True)}
         load |= {"during": during.stop(), "after": others_busy(profile.load_window_s)}
         pace["after"] = bench.pace_gflops(device)
     except Exception as error:
@@ -308,10 +310,20 @@ def _measure_cases(bench, stack: str, group: list[Case], profile: Profile, threa
             "pace_gflops": pace,
             "disturbed": disturbance(timing, load),
             "timed_with": [other.impl for other in group if other is not case],
+            **(_paired_speedup(samples) if case.impl == "ours" else {}),
             "status": "ok",
             "error": None,
         }
     return rows
+
+
+def _paired_speedup(samples: dict[str, list[float]]) -> dict:
+    """Ours's row's share of a side-by-side timing: as written over ours, round by round (machine.paired_ratio); {}
+    where the listing was not timed beside it."""
+    if "as_written" not in samples:
+        return {}
+    ratio = paired_ratio(samples["as_written"], samples["ours"])
+    return {"paired_speedup": ratio["median"], "paired_speedup_q25": ratio["q25"], "paired_speedup_q75": ratio["q75"]}
 
 
 def flag_slow_phases(rows: list[dict]) -> list[dict]:

@@ -23,7 +23,9 @@ def time_calls(fn, warmup: int, repeats: int, big_repeats: int, sample_s: float 
 
     A case whose second call takes over a second is warm after it: `big_repeats` samples follow.
     """
-    return time_side_by_side([fn], [warm_up(fn, warmup)], repeats, big_repeats, sample_s)[0]
+    timing = time_side_by_side([fn], [warm_up(fn, warmup)], repeats, big_repeats, sample_s)[0]
+    del timing["samples_ms"]  # the samples pair with another implementation's; alone, the quartiles say it all
+    return timing
 
 
 @dataclass(frozen=True)
@@ -61,7 +63,8 @@ def time_side_by_side(fns: list, warms: list[Warm], repeats: int, big_repeats: i
     so a drift of the machine (its clock, its caches, another process) falls on all of them alike: the ratio of two
     implementations measured side by side. A sample is as many calls as last `sample_s` (Warm.calls_per_sample), its
     time per call the sample's mean: a millisecond step timed one call at a time spreads by a quarter on this machine.
-    `big_repeats` rounds when any call takes over a second."""
+    `big_repeats` rounds when any call takes over a second. Each timing also holds its samples in round order
+    (`samples_ms`): the k-th of two implementations' were taken next to each other (`paired_ratio`)."""
     rounds = big_repeats if any(warm.big for warm in warms) else repeats
     numbers = [warm.calls_per_sample(sample_s) for warm in warms]
     times: list[list[float]] = [[] for _ in fns]
@@ -72,7 +75,21 @@ def time_side_by_side(fns: list, warms: list[Warm], repeats: int, big_repeats: i
             for _ in range(numbers[index]):
                 fns[index]()
             times[index].append((time.perf_counter() - started) / numbers[index])
-    return [_timing(samples, warm, number) for samples, warm, number in zip(times, warms, numbers, strict=True)]
+    return [
+        {**_timing(samples, warm, number), "samples_ms": [sample * 1e3 for sample in samples]}
+        for samples, warm, number in zip(times, warms, numbers, strict=True)
+    ]
+
+
+def paired_ratio(numerators_ms: list[float], denominators_ms: list[float]) -> dict:
+    """The ratio of two implementations timed side by side, round by round (`time_side_by_side`'s `samples_ms`): the
+    median and quartiles of numerator / denominator over the rounds. Each round's two samples were taken within a
+    tenth of a second of each other, so a slow phase of the machine (seconds long on a shared VM) slows both and
+    leaves their ratio; the ratio of the two medians carries it whenever the phases fall unevenly on the samples."""
+    ratios = [numerator / denominator for numerator, denominator in zip(numerators_ms, denominators_ms, strict=True)]
+    median = statistics.median(ratios)
+    q25, _, q75 = statistics.quantiles(ratios, n=4, method="inclusive") if len(ratios) > 1 else (median,) * 3
+    return {"median": median, "q25": q25, "q75": q75}
 
 
 def _timing(times: list[float], warm: Warm, calls_per_sample: int) -> dict:

@@ -119,6 +119,48 @@ def test_two_identical_calls_timed_side_by_side_are_equal_where_one_after_the_ot
     assert abs(side_by_side[1] / side_by_side[0] - 1) < 0.01
 
 
+class PhasedMachine:
+    """A shared VM's slow phases: from second to second the whole machine runs at 1x or 1.3x its time (seeded), and
+    every call of a callable made by `callable(ms)` takes its ms at that pace."""
+
+    def __init__(self, seed: int = 0):
+        import random
+
+        phases = random.Random(seed)
+        self.now, self.paces = 0.0, [phases.choice((1.0, 1.3)) for _ in range(1000)]
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def callable(self, ms: float):
+        def call() -> None:
+            self.now += ms * 1e-3 * self.paces[int(self.now / 0.25)]
+
+        return call
+
+
+def test_a_ratio_taken_round_by_round_sees_through_the_machines_slow_phases(monkeypatch):
+    """ours 10% faster than as written, on a machine whose pace changes every 0.3 s: the two medians' interquartile
+    ranges overlap (the naive reading: equal as measured), while the ratio taken round by round has both quartiles
+    within 2% of 1.1 (each round's two samples ran in one phase, or at worst straddle one change)."""
+    clock = PhasedMachine(1)
+    monkeypatch.setattr(machine.time, "perf_counter", clock.perf_counter)
+    fns = [clock.callable(1.0), clock.callable(1.1)]  # ours, as written
+    timings = machine.time_side_by_side(fns, [machine.warm_up(fn, 3) for fn in fns], repeats=15, big_repeats=5)
+    ours, as_written = timings
+    assert as_written["q25_ms"] <= ours["q75_ms"]  # the negative control: the IQRs overlap
+    assert len(ours["samples_ms"]) == len(as_written["samples_ms"]) == 15
+    paired = machine.paired_ratio(as_written["samples_ms"], ours["samples_ms"])
+    assert 1.08 < paired["q25"] <= paired["median"] <= paired["q75"] < 1.12
+    assert "samples_ms" not in machine.time_calls(fns[0], 3, 4, 2)  # one callable alone: its quartiles, no samples
+
+
+def test_ours_row_carries_the_round_by_round_ratio_where_the_listing_was_timed_beside_it():
+    paired = bench._paired_speedup({"ours": [1.0, 2.0, 1.0], "as_written": [1.2, 2.6, 1.1]})
+    assert paired["paired_speedup"] == pytest.approx(1.2) and paired["paired_speedup_q75"] == pytest.approx(1.25)
+    assert bench._paired_speedup({"ours": [1.0, 2.0]}) == {}  # no listing beside it (reverse_rnn, a sweep)
+
+
 def test_a_millisecond_step_is_timed_in_samples_of_many_calls(monkeypatch):
     """One call a sample, a millisecond step's quartiles are its jitter's (half the median apart here: flagged as
     disturbed); a sample of 50 ms holds 50 calls and its mean is the step's time."""

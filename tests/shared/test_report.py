@@ -339,6 +339,48 @@ def test_a_lowest_ratio_below_one_says_when_it_is_within_the_repeats_spread():
     assert lowest(10.0, 7.0)[1] == "torch compile" and lowest(5.0, 6.0)[1] == "torch compile"
 
 
+def _paired(low, median, high) -> dict:
+    return {"paired_speedup_q25": low, "paired_speedup": median, "paired_speedup_q75": high}
+
+
+def test_a_ratio_timed_round_by_round_is_read_round_by_round():
+    """ours 10 ms and as written 10.4 by their medians (1.04x, IQRs overlapping), but 1.10x round by round (1.08-1.12x):
+    the headline's lowest ratio, the speed table and the below-target table read the round-by-round ratio; a row
+    without it (a run before 2026-11-27: negative control) is read by its medians."""
+    from shared.tools.report.reading import _finish_rows
+    from shared.tools.report.tables import _lowest_speedup, speed_table
+
+    def rows(**paired):
+        file = {"machine": CPU["machine"], "matmul_gflops": 100.0, "created": "", "file": "f", "disturbed": "", "ran": None}
+        return _finish_rows([_row("reverse_bahdanau", "torch", "compile", "ours", 10.0, **file, **paired),
+                             _row("reverse_bahdanau", "torch", "compile", "as_written", 10.4, **file)])  # fmt: skip
+
+    assert _lowest_speedup(rows(**_paired(1.08, 1.10, 1.12)))[0] == pytest.approx(1.10)
+    assert _lowest_speedup(rows())[0] == pytest.approx(1.04)
+    table = speed_table(rows(**_paired(1.08, 1.10, 1.12)), "train_step")[0]
+    assert _pick(table, impl="ours")["ours/as-written"] == pytest.approx(1.10)
+    assert _pick(speed_table(rows(), "train_step")[0], impl="ours")["ours/as-written"] == pytest.approx(1.04)
+    ratio, where = _lowest_speedup(rows(**_paired(0.95, 0.98, 1.02)))
+    assert (ratio, where) == (pytest.approx(0.98), "torch compile, within the spread")
+    assert _lowest_speedup(rows(**_paired(0.95, 0.97, 0.99)))[1] == "torch compile"  # slower, said plainly
+
+
+def test_a_mode_whose_round_by_round_ratio_reaches_the_target_within_its_spread_is_not_called_a_target():
+    """1.45x round by round with its q75 at 1.52x: the repeats cannot tell it from 1.5x, whatever the ceilings say; at
+    1.40-1.48x (negative control) it stays a target."""
+    rows = _compiled_rows("reverse_bahdanau", 14.5, 1.0, 3.0, as_written_q25=14.4, floor_q75=1.01)
+    reached = [{**rows[0], **_paired(1.40, 1.45, 1.52)}, *rows[1:]]
+    row = _pick(_below_target(reached), model="reverse_bahdanau")
+    assert (row["ours/as-written"], row["ratio q25-q75"], row["verdict"]) == (
+        pytest.approx(1.45),
+        "1.40-1.52x",
+        "1.5x within the spread",
+    )
+    below = [{**rows[0], **_paired(1.40, 1.45, 1.48)}, *rows[1:]]
+    assert _pick(_below_target(below), model="reverse_bahdanau")["verdict"] == "target"
+    assert _pick(_below_target(rows), model="reverse_bahdanau")["ratio q25-q75"] == "-"  # a run without it
+
+
 def test_the_ratio_columns_follow_from_the_medians(tmp_path, inputs):
     result, readme = _report(tmp_path, inputs)
     speed = result["tables"]["speed_train_step"]

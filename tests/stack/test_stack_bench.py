@@ -22,6 +22,10 @@ def test_a_smoke_bench_writes_one_result_file_with_every_case(stack, tmp_path):
     assert all(row["mode"].startswith(f"{backend}-") for row in rows) == (name == "tf" and backend != "tensorflow")
     assert all(row["status"] == "ok" for row in rows), [row["error"] for row in rows if row["status"] != "ok"]
     assert all(row["median_ms"] > 0 and row["peak_mem_mb"] > 0 for row in rows)
+    twinned = [row for row in rows if row["impl"] == "ours" and "as_written" in row["timed_with"]]
+    assert twinned and all(row["paired_speedup_q25"] <= row["paired_speedup"] <= row["paired_speedup_q75"] for row in twinned)
+    assert not any("paired_speedup" in row for row in rows if row not in twinned)  # the listing's rows, ours alone
+    assert not any("samples_ms" in row for row in rows)
     assert {row["impl"] for row in rows} == {"ours", "as_written"} and {row["task"] for row in rows} == {"train_step", "greedy"}
     if name == "torch":
         assert all(row["gflop"] > 0 for row in rows)

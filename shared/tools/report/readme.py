@@ -90,7 +90,8 @@ def _headline_section(inputs: Inputs, tables: Tables, context: dict | None) -> l
             f"{preferred}. torch/TF = torch ms / TF ms (above 1: torch slower); TF mode names Keras's backend where it "
             "is not TensorFlow (`jax-xla`: Keras on JAX, jitted; Keras on JAX must run jitted: eagerly it is about 100x "
             "slower). ours/as-written = as-written ms / ours ms, torch eager and TF tf.function (how each stack's code "
-            "usually runs; above 1: ours faster), and the lowest over every mode of both stacks, timed side by side; "
+            "usually runs; above 1: ours faster), and the lowest over every mode of both stacks, timed side by side "
+            "and taken round by round (the median of each round's ratio); "
             "FLOP ceiling = as-written FLOPs / ours: the speed-up the arithmetic allows (1.00x: ours saves steps, not "
             "FLOPs); a mode's ceiling after the floor counts the step's fixed cost, which no hoisting shortens (the "
             f"speed section's last table). {_speedup_targets(tables, context)}"
@@ -163,7 +164,10 @@ def _speed_section(inputs: Inputs, tables: Tables) -> list[str]:
         f"Medians over repeats (each sample as many calls as last {SAMPLE_S * 1e3:.0f} ms) at the documents' sizes "
         "(batch x source x target length in `sizes`). torch/TF: the "
         "best mode of each stack, same machine, device and threads; ours/as-written: as-written ms / ours ms, "
-        "same stack and mode; mode/eager: eager ms / this mode's ms (same backend); % matmul peak: the step's GFLOP "
+        "same stack and mode, timed side by side in rounds (ours, as written; as written, ours; ...) and taken round "
+        "by round: the median of each round's ratio, whose two samples ran within a tenth of a second of each other, "
+        "so a slow phase of the machine slows both (result files before 2026-11-27: the ratio of the two medians); "
+        "mode/eager: eager ms / this mode's ms (same backend); % matmul peak: the step's GFLOP "
         "per second over the machine's measured matmul GFLOP/s. A TF row whose mode starts with jax- or torch- ran "
         "Keras on that Keras 3 backend (`rosetta bench --keras-backend`); the other TF rows, on TensorFlow. flag: "
         "ok, or why the row's time cannot be trusted (other processes kept the CPU busy before, during or after it, "
@@ -195,7 +199,8 @@ def _below_target(tables: Tables) -> list[str]:
         "",
         f"Every mode where ours is below {SPEEDUP_TARGET}x over the listing although the FLOP ceiling is "
         f"{SPEEDUP_TARGET}x or more (below it, the headline's FLOP ceiling bounds the ratio), in the headline's setting, "
-        "then on each other CPU machine at its most threads. The FLOP ceiling is as-written FLOPs / ours: torch's count "
+        "then on each other CPU machine at its most threads. ratio q25-q75: the quartiles of the round-by-round ratio "
+        "(- for runs before 2026-11-27). The FLOP ceiling is as-written FLOPs / ours: torch's count "
         "of the products, or where the compiler reports its own cost (counted by: XLA, compiled; Keras on JAX, jitted) "
         "the compiled train steps', every op after XLA's rewrites (a product the listing repeats, merged); bytes ratio: "
         "the compiled steps' bytes read and written, as written / ours (the FLOPs ours saves do not shorten a step "
@@ -213,7 +218,8 @@ def _below_target(tables: Tables) -> list[str]:
         "(a dot score is the general score without its W: no form of this step can be faster). verdict: "
         f"target where every ceiling allows {SPEEDUP_TARGET}x; bounded where the ceiling after the floor does not (no "
         "floor measured: the FLOP ceiling), bounded within the spread where only its medians do, bounded by the "
-        "sibling where the sibling ceiling does not.",
+        f"sibling where the sibling ceiling does not; {SPEEDUP_TARGET}x within the spread where the ratio's q75 "
+        f"reaches {SPEEDUP_TARGET}x (the repeats cannot tell it from the target, whatever the ceilings).",
         "",
         *tables.markdown("speedup_below_target"),
     ]
