@@ -466,7 +466,8 @@ def _add_bench_and_report(commands) -> None:
     from shared.tools.bench import PROFILES
 
     bench = commands.add_parser("bench", help="time every model's train step and greedy decoding in each stack and mode")
-    bench.add_argument("--profile", choices=list(PROFILES), default="default", help="default: reverse task; full: all")
+    profiles = "default: reverse task; full: all; headline: every model's train step at 2 threads, no sweeps"
+    bench.add_argument("--profile", choices=list(PROFILES), default="default", help=profiles)
     bench.add_argument("--stack", choices=[*STACKS, "both"], default="both", help="one process per stack and thread count")
     bench.add_argument("--threads", help="comma-separated CPU thread counts (default: the profile's, 1,2)")
     bench.add_argument("--models", nargs="*", help="only these catalogue models")

@@ -86,6 +86,7 @@ class Profile:
         compiled_threads: the thread counts at which compiled modes (torch.compile, XLA) run.
         sweep_models: models also timed over `seq_lens` (at the document batch) and `batches`.
         as_written_modes: the modes in which the as-written baseline runs (per stack, the mode names).
+        greedy: also time greedy decoding of the models that have it (those of variable-length data).
     """
 
     name: str
@@ -98,6 +99,7 @@ class Profile:
     as_written_modes: tuple[str, ...] = ALL_MODES  # the listing as the baseline of every mode
     modes: tuple[str, ...] | None = None  # only these modes (None: every mode of the stack)
     floor: bool = True  # also each model's train step at floor_sizes in every mode: its fixed cost
+    greedy: bool = True
     tag: str = ""  # appended to the result file's name, for a run restricted to part of a profile
     warmup: int = 3
     repeats: int = 10
@@ -120,6 +122,14 @@ PROFILES = {
         threads=(1, 2),
         compiled_threads=(2,),
         sweep_models=("reverse_bahdanau", "reverse_luong_general", "luong_general"),
+    ),
+    "headline": Profile(  # what the report's headline reads, every model in one sitting: about 2 hours on 2 cores
+        name="headline",
+        models=tuple(catalogue.built()),
+        threads=(2,),
+        compiled_threads=(2,),
+        sweep_models=(),
+        greedy=False,
     ),
     "smoke": Profile(  # tests: seconds, not minutes
         name="smoke",
@@ -197,7 +207,7 @@ def cases(profile: Profile, stack: str, threads: int, device: str = "cpu", backe
     found = []
     for name in profile.models:
         document = document_sizes(name) if profile.name != "smoke" else small_sizes(document_sizes(name))
-        for task in _tasks(name):
+        for task in _tasks(name) if profile.greedy else ("train_step",):
             for mode in modes:
                 if task == "greedy" and stack == "tf" and mode not in GREEDY_MODES[backend]:
                     continue

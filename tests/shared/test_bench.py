@@ -56,6 +56,18 @@ def test_the_full_profile_times_every_model_and_greedy_decoding_of_the_real_data
     assert {c.mode for c in tf_cases if c.impl == "as_written"} == {"eager", "function", "xla"}
 
 
+def test_the_headline_profile_times_every_models_train_step_and_floor_at_two_threads_and_nothing_else():
+    """What the report's headline reads, in one sitting: every model, every mode, the listing beside ours, floors; no
+    sweeps or greedy decoding (the full profile's, which the headline does not read)."""
+    headline, full = bench.get_profile("headline"), bench.get_profile("full")
+    for stack in bench.STACK_MODES:
+        cases = bench.cases(headline, stack, threads=2)
+        everything = bench.cases(full, stack, threads=2)
+        assert {c.sweep for c in cases} == {"document", "floor"} and {c.task for c in cases} == {"train_step"}
+        assert set(cases) == {c for c in everything if c.task == "train_step" and c.sweep in ("document", "floor")}
+    assert headline.threads == (2,) and not {c.task for c in bench.cases(full, "torch", 2)} <= {"train_step"}
+
+
 def test_every_model_has_document_sizes_and_a_synthetic_batch_of_them():
     for name in catalogue.built():
         sizes = bench.document_sizes(name)
