@@ -379,7 +379,8 @@ def _bench(args) -> int:
     if threads and min(threads) < 1:
         raise ValueError(f"--threads takes positive counts, got {args.threads!r}")
     modes = args.modes.split(",") if args.modes else None
-    bench.run(args.profile, stacks, args.results, threads, args.models, modes, keras_backend=args.keras_backend)
+    models = [name for text in args.models for name in text.split(",") if name] if args.models else None  # a b, or a,b
+    bench.run(args.profile, stacks, args.results, threads, models, modes, keras_backend=args.keras_backend)
     return 0
 
 
@@ -470,7 +471,7 @@ def _add_bench_and_report(commands) -> None:
     bench.add_argument("--profile", choices=list(PROFILES), default="default", help=profiles)
     bench.add_argument("--stack", choices=[*STACKS, "both"], default="both", help="one process per stack and thread count")
     bench.add_argument("--threads", help="comma-separated CPU thread counts (default: the profile's, 1,2)")
-    bench.add_argument("--models", nargs="*", help="only these catalogue models")
+    bench.add_argument("--models", nargs="*", help="only these catalogue models (space- or comma-separated)")
     bench.add_argument("--modes", help="only these modes, comma-separated (eager, compile, function, xla)")
     bench.add_argument("--results", default="reports/results", help="results go to <results>/<machine>/*.json")
     bench.add_argument("--keras-backend", choices=list(catalogue.KERAS_BACKENDS), help="the tf stack's Keras 3 backend "

@@ -123,7 +123,9 @@ PROFILES = {
         compiled_threads=(2,),
         sweep_models=("reverse_bahdanau", "reverse_luong_general", "luong_general"),
     ),
-    "headline": Profile(  # what the report's headline reads, every model in one sitting: about 2 hours on 2 cores
+    # what the report's headline reads, every model in one sitting: hours on 2 cores (on the 2026-11-27 host, torch eager
+    # alone took 10 minutes for bahdanau_bigru: ours 3.8 s a step, as written 7.9 s, their floors 0.44 and 1.6 s)
+    "headline": Profile(
         name="headline",
         models=tuple(catalogue.built()),
         threads=(2,),
@@ -414,7 +416,12 @@ def _progress_line(row: dict) -> str:
     sizes = f"B{row['batch']} S{row['src_len']} T{row['tgt_len']} x{row['threads']}"
     if row["status"] != "ok":
         return f"{what} {sizes}  FAILED {row['error']}"
-    return f"{what} {sizes}  {row['median_ms']:9.2f} ms  (compile {row['compile_s']:.1f} s)"
+    line = f"{what} {sizes}  {row['median_ms']:9.2f} ms  (compile {row['compile_s']:.1f} s)"
+    if "paired_speedup" not in row:
+        return line
+    return (
+        f"{line}  {row['paired_speedup']:.2f}x over as written ({row['paired_speedup_q25']:.2f}-{row['paired_speedup_q75']:.2f})"
+    )
 
 
 # --- the orchestrator ----------------------------------------------------------------------------

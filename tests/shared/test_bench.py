@@ -240,6 +240,28 @@ def test_bad_bench_requests_fail_with_one_clear_error(capsys, argv, message):
     assert message in capsys.readouterr().err
 
 
+def test_bench_takes_its_models_comma_or_space_separated_as_it_takes_its_modes(monkeypatch):
+    """`--modes a,b` is comma-separated; `--models a,b` named one unknown model "a,b" until 2026-11-27."""
+    asked = []
+    monkeypatch.setattr(bench, "run", lambda profile, stacks, results, threads, models, modes, **_: asked.append(models))
+    for argv in (
+        ["reverse_rnn,additive_attention"],
+        ["reverse_rnn", "additive_attention"],
+        ["reverse_rnn,", "additive_attention"],
+    ):
+        assert cli.main(["bench", "--models", *argv]) == 0
+    assert asked == [["reverse_rnn", "additive_attention"]] * 3
+
+
+def test_the_progress_line_gives_ours_ratio_round_by_round_where_the_listing_ran_beside_it():
+    row = {"stack": "torch", "model": "reverse_bahdanau", "task": "train_step", "impl": "ours", "mode": "eager",
+           "sweep": "document", "batch": 32, "src_len": 10, "tgt_len": 10, "threads": 2, "status": "ok",
+           "median_ms": 27.8, "compile_s": 0.0}  # fmt: skip
+    assert bench._progress_line(row).endswith("27.80 ms  (compile 0.0 s)")  # alone: no ratio
+    paired = {**row, **bench._paired_speedup({"ours": [27.0, 28.0, 27.8], "as_written": [39.0, 40.0, 40.5]})}
+    assert bench._progress_line(paired).endswith("1.44x over as written (1.44-1.45)")
+
+
 def test_an_unknown_profile_is_refused():
     with pytest.raises(ValueError, match="unknown bench profile 'huge'"):
         bench.get_profile("huge")
