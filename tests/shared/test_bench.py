@@ -132,7 +132,7 @@ def test_two_identical_calls_timed_side_by_side_are_equal_where_one_after_the_ot
 
 
 class PhasedMachine:
-    """A shared VM's slow phases: from second to second the whole machine runs at 1x or 1.3x its time (seeded), and
+    """A shared VM's slow phases: every quarter of a second the whole machine takes 1x or 1.3x its time (seeded), and
     every call of a callable made by `callable(ms)` takes its ms at that pace."""
 
     def __init__(self, seed: int = 0):
@@ -152,7 +152,7 @@ class PhasedMachine:
 
 
 def test_a_ratio_taken_round_by_round_sees_through_the_machines_slow_phases(monkeypatch):
-    """ours 10% faster than as written, on a machine whose pace changes every 0.3 s: the two medians' interquartile
+    """ours 10% faster than as written, on a machine whose pace may change every 0.25 s: the two medians' interquartile
     ranges overlap (the naive reading: equal as measured), while the ratio taken round by round has both quartiles
     within 2% of 1.1 (each round's two samples ran in one phase, or at worst straddle one change)."""
     clock = PhasedMachine(1)
