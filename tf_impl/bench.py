@@ -157,7 +157,7 @@ def compiled_cost(name: str, task: str, impl: str, mode: str, arrays: dict) -> d
     if task != "train_step" or mode != "xla":
         return None
     model = build(name, impl)
-    for layer in model._flatten_layers(include_self=False):
+    for layer in backends.all_layers(model):
         if isinstance(layer, keras.layers.RNN):
             layer.unroll = True
     return backends.compiled_cost(*contract.loss_closure(model, name, arrays))

@@ -211,7 +211,8 @@ def _below_target_records(steps) -> list[dict]:
         for (stack, mode), group in document.groupby(["stack", "mode"]):
             compiled = _compiled_ratios(group)
             ceiling = counted if math.isnan(compiled["compiled_gflop"]) else compiled["compiled_gflop"]
-            ratio, paired = _speedup(group), _paired(group)
+            paired = _paired(group)
+            ratio = _speedup(group, paired)
             allowed = counted >= SPEEDUP_TARGET or ceiling >= SPEEDUP_TARGET  # by either count (compiled below: bounded)
             if not (ratio < SPEEDUP_TARGET and allowed):  # reached, not timed both ways, or bounded by the arithmetic
                 continue
@@ -276,7 +277,7 @@ def _range_text(low: float, high: float) -> str:
     return "-" if math.isnan(low) else f"{low:.2f}-{high:.2f}x"
 
 
-def _verdict(after: float, after_low: float, sibling_ceiling: float, sibling: str | None, ratio_q75: float = math.nan) -> str:
+def _verdict(after: float, after_low: float, sibling_ceiling: float, sibling: str | None, ratio_q75: float) -> str:
     """A mode whose ratio's round-by-round q75 (`_paired`) reaches SPEEDUP_TARGET is at it "within the spread": the
     repeats cannot tell it from the target. Below it, a mode is a target only where every ceiling allows it: "bounded" by the
     ceiling after the floor at the medians; "bounded within the spread" where it allows it at the medians but not at
@@ -303,12 +304,13 @@ def _best(rows) -> tuple[float, str | None]:
     return float(best["median_ms"]), best["mode"]
 
 
-def _speedup(rows) -> float:
+def _speedup(rows, paired: dict | None = None) -> float:
     """As written over ours among `rows`: the round-by-round ratio of the fastest ours row where it was timed beside
-    the listing (`_paired`), else the two fastest medians' ratio (runs before 2026-11-27); nan unless both succeeded."""
-    paired = _paired(rows)["median"]
-    if not math.isnan(paired):
-        return paired
+    the listing (`_paired`, or `paired` where the caller read it), else the two fastest medians' ratio (runs before
+    2026-11-27); nan unless both succeeded."""
+    median = (paired or _paired(rows))["median"]
+    if not math.isnan(median):
+        return median
     medians = rows[rows["status"] == "ok"].groupby("impl")["median_ms"].min()
     return float(medians.get("as_written", math.nan) / medians.get("ours", math.nan))
 
