@@ -1,6 +1,6 @@
 """What `rosetta bench` (shared/tools/bench.py) needs from PyTorch: thread and device setup, the timed calls in
 each mode (eager, torch.compile), peak memory, a matmul peak, the FLOPs of a case, and which path ran (cuDNN,
-Inductor and its graph breaks, `allow_rnn`, CUDA graphs).
+Inductor and its graph breaks, `allow_rnn`, CUDA graphs: the cudagraph mode, torch_impl.cuda_graphs).
 
 Mirrors tf_impl/bench.py function for function.
 """
@@ -104,7 +104,7 @@ def make_call(name: str, task: str, impl: str, mode: str, arrays: dict, max_len:
 def execution_path(model: torch.nn.Module, mode: str, device: str) -> dict:
     """Which path the case's calls took, read after them: cuDNN for the recurrent layers (on a GPU, cuDNN on, a
     float32 nn.GRU/LSTM/RNN), the compiler, Dynamo's graph breaks and whether it traced into recurrent layers
-    (`allow_rnn`: on the CPU; off, each nn.GRU is a break), CUDA graphs (none: no mode captures them). A compile
+    (`allow_rnn`: on the CPU; off, each nn.GRU is a break), CUDA graphs (the cudagraph mode's whole step). A compile
     case in which Dynamo compiled no graph ran eager: RuntimeError (the bench records the case as failed)."""
     recurrent = any(isinstance(module, torch.nn.RNNBase) for module in model.modules())
     is_compiled = mode == "compile"
@@ -116,7 +116,7 @@ def execution_path(model: torch.nn.Module, mode: str, device: str) -> dict:
         "compiler": "inductor" if is_compiled else None,
         "graph_breaks": breaks if is_compiled else None,
         "allow_rnn": traces_recurrent_layers(device) if is_compiled else None,
-        "cuda_graphs": False,
+        "cuda_graphs": mode == "cudagraph",
     }
 
 

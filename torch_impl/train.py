@@ -22,12 +22,14 @@ from shared.core.optimizer_state import MOMENTS, check_optimizer_state
 from shared.core.validation import prepare
 from shared.io.atomic import write_atomic
 from shared.specs import TrainSpec
-from torch_impl import distributed
+from torch_impl import cuda_graphs, distributed
 from torch_impl.contract import as_tensors, model_outputs, training_loss
 from torch_impl.weights import get_weights
 
 NATIVE_SUFFIX = ".pt"
-MODES = ("eager", "compile")  # compile: torch.compile over the forward and the loss (backward through AOTAutograd)
+# compile: torch.compile over the forward and the loss (backward through AOTAutograd); cudagraph: the whole step replayed
+# as one CUDA graph (torch_impl.cuda_graphs: a GPU, batches of one shape)
+MODES = ("eager", "compile", "cudagraph")
 
 
 def traces_recurrent_layers(device: str) -> bool:
@@ -86,15 +88,20 @@ class Trainer:
         self.variables = list(model.parameters())
         # fused: one kernel per parameter for the whole update (for-each-op Adam: ~10 passes over every weight);
         # 0.9 -> 0.4 ms a step on document 001's models, 30 -> 13 ms on document 003's (1 CPU thread)
-        self.optimizer = torch.optim.Adam(self.variables, lr=spec.lr, betas=spec.betas, eps=spec.eps, fused=True)
+        # capturable: Adam's step counter and bias correction stay on the device, where a replayed graph counts them
+        device = self.variables[0].device.type
+        self.optimizer = torch.optim.Adam(self.variables, lr=spec.lr, betas=spec.betas, eps=spec.eps, fused=True,
+                                          capturable=mode == "cudagraph")  # fmt: skip
         self.grad_norms: list[float] = []
         self._update = self._update_step
-        device = self.variables[0].device.type
         self._forward = compiled(self._forward_loss, device) if mode == "compile" else self._forward_loss
         self.rank, self.ranks = distributed.world()
         self.naive_shards = naive_shards
         if self.ranks > 1:
             self._forward = distributed.data_parallel(model, self._forward)
+        if mode == "cudagraph":
+            cuda_graphs.check(name, device, self.ranks)
+            self._update = cuda_graphs.GraphedStep(self._update_step, self.variables, self.optimizer)
 
     def step(self, batch: Mapping, teacher_forcing=None) -> float:
         """One update on `batch` (checked as `run` checks it) with the step's teacher-forcing schedule."""
@@ -138,6 +145,8 @@ class Trainer:
     def load_optimizer_state(self, state: Mapping) -> None:
         """Continue from another Trainer's `optimizer_state` (either stack): moments and step counter."""
         load_adam_state(self.model, self.optimizer, state)
+        if isinstance(self._update, cuda_graphs.GraphedStep):
+            self._update.forget()  # its captures hold the state tensors just replaced
 
     def save_checkpoint(self, path, state: Mapping | None = None) -> None:
         """The model and Adam's state in the stack's own file, as `rosetta port --with-optimizer` reads it
@@ -238,7 +247,8 @@ def load_adam_state(model: torch.nn.Module, optimizer: torch.optim.Adam, state: 
     step = _check_moments(model, state)
     for key, param in model.named_parameters():
         moments = {name: _adam_moment(state[name][key], param) for name in MOMENTS}
-        optimizer.state[param] = {"step": torch.tensor(float(step)), **moments}
+        # the step on the weight's device in float32, as Adam's own load_state_dict puts it for its fused kernel
+        optimizer.state[param] = {"step": torch.tensor(float(step), dtype=torch.float32, device=param.device), **moments}
 
 
 def _adam_moment(array, param: torch.Tensor) -> torch.Tensor:
@@ -275,7 +285,8 @@ def write_arrays(path: str | Path, weights: Mapping[str, np.ndarray], optimizer_
         step = check_optimizer_state(optimizer_state)
         for key, param in zip(tensors, parameters, strict=True):
             moments = {name: _adam_moment(optimizer_state[name][key], param) for name in MOMENTS}
-            optimizer.state[param] = {"step": torch.tensor(float(step)), **moments}
+            # the step on the weight's device in float32, as Adam's own load_state_dict puts it for its fused kernel
+        optimizer.state[param] = {"step": torch.tensor(float(step), dtype=torch.float32, device=param.device), **moments}
         saved = {"model": tensors, "optimizer": optimizer.state_dict()}
     buffer = io.BytesIO()
     torch.save(saved, buffer)

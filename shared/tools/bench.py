@@ -54,7 +54,7 @@ KERAS_MODES = {"tensorflow": ("eager", "function", "xla"), "jax": ("eager", "xla
 # Keras's greedy decoding's modes on each backend: TensorFlow's compiles its step as a tf.function where asked; on JAX
 # the contract jits the encoder and the step itself (Seq2SeqBase.inference_steps), so it runs as XLA whatever the mode
 GREEDY_MODES = {**KERAS_MODES, "jax": ("xla",)}
-ALL_MODES = ("eager", "compile", "function", "xla")  # what --modes takes
+ALL_MODES = ("eager", "compile", "cudagraph", "function", "xla")  # what --modes takes
 
 
 def keras_mode(backend: str, mode: str) -> str:
@@ -63,10 +63,12 @@ def keras_mode(backend: str, mode: str) -> str:
 
 
 STACK_MODES = {
-    "torch": ("eager", "compile"),
+    "torch": ("eager", "compile", "cudagraph"),
     "tf": tuple(keras_mode(backend, mode) for backend, modes in KERAS_MODES.items() for mode in modes),
 }
 COMPILED_MODES = {"compile", "xla"}  # slow to build: the default profile runs them at one thread count
+# torch's train step replayed as one CUDA graph (torch_impl.cuda_graphs): on a GPU, for the models of fixed-shape batches
+GPU_MODES = {"cudagraph"}
 BENCH_SPEC = TrainSpec(lr=1e-3, clip_norm=1.0)  # every train step: Adam and global-norm clipping, teacher forcing on
 REVERSE_MODELS = tuple(name for name in catalogue.built() if catalogue.get(name).document == "001")
 
@@ -195,6 +197,17 @@ def _sweep_sizes(profile: Profile, name: str) -> list[tuple[str, Sizes]]:
     return by_length + by_batch
 
 
+def _runs(name: str, task: str, stack: str, backend: str, mode: str) -> bool:
+    """Whether `mode` runs `task` of model `name`: Keras's greedy decoding in its backend's GREEDY_MODES; the CUDA
+    graph mode trains the models of fixed-shape batches (a graph replays one shape, and packing reads lengths on
+    the host)."""
+    if task == "greedy" and stack == "tf":
+        return mode in GREEDY_MODES[backend]
+    if mode in GPU_MODES:
+        return task == "train_step" and not catalogue.get(name).variable_length
+    return True
+
+
 def process_modes(stack: str, backend: str) -> tuple[str, ...]:
     """The modes one bench process runs: torch's, or Keras's on its backend (plain names: eager, xla...)."""
     return KERAS_MODES[backend] if stack == "tf" else STACK_MODES[stack]
@@ -205,13 +218,13 @@ def cases(profile: Profile, stack: str, threads: int, device: str = "cpu", backe
     Keras's, for the tf stack."""
     compiled_here = device != "cpu" or threads in profile.compiled_threads
     modes = [m for m in process_modes(stack, backend) if compiled_here or m not in COMPILED_MODES]
-    modes = [m for m in modes if profile.modes is None or m in profile.modes]
+    modes = [m for m in modes if (profile.modes is None or m in profile.modes) and (device != "cpu" or m not in GPU_MODES)]
     found = []
     for name in profile.models:
         document = document_sizes(name) if profile.name != "smoke" else small_sizes(document_sizes(name))
         for task in _tasks(name) if profile.greedy else ("train_step",):
             for mode in modes:
-                if task == "greedy" and stack == "tf" and mode not in GREEDY_MODES[backend]:
+                if not _runs(name, task, stack, backend, mode):
                     continue
                 timed = _impls(name) if mode in profile.as_written_modes and task == "train_step" else ("ours",)
                 found += [Case(name, task, impl, mode, "document", document) for impl in timed]
@@ -235,8 +248,13 @@ def measure(stack: str, profile: Profile, threads: int, results_dir, progress=pr
     bench = stacks.import_module(stack, "bench")
     device = bench.configure(threads)
     environment = _environment(bench, stack, profile, threads, device)
+    found = cases(profile, stack, threads, device, bench.backend())
+    if not found:
+        gpu_only = ", ".join(sorted(GPU_MODES))
+        raise ValueError(f"nothing to time in the {stack} bench on the {device} at {threads} thread(s): profile "
+                         f"{profile.name}{profile.tag} has no case here (the {gpu_only} mode runs on a GPU only)")  # fmt: skip
     rows = []
-    for group in side_by_side(cases(profile, stack, threads, device, bench.backend())):
+    for group in side_by_side(found):
         rows += _measure_cases(bench, stack, group, profile, threads, device)
         for row in rows[-len(group) :]:
             progress(_progress_line(row))

@@ -13,7 +13,7 @@ def test_the_default_profile_covers_the_reverse_task_and_the_attention_layer_in_
     for stack in bench.STACK_MODES:
         two = bench.cases(profile, stack, threads=2)
         assert {c.model for c in two} == set(profile.models)
-        assert {c.mode for c in two} == set(bench.process_modes(stack, "tensorflow"))
+        assert {c.mode for c in two} == set(bench.process_modes(stack, "tensorflow")) - bench.GPU_MODES
         assert {c.impl for c in two if c.sweep == "document"} == {"ours", "as_written"}
         one = bench.cases(profile, stack, threads=1)
         assert not {c.mode for c in one} & bench.COMPILED_MODES  # compiled modes at one thread count only
@@ -54,6 +54,19 @@ def test_the_full_profile_times_every_model_and_greedy_decoding_of_the_real_data
     assert {c.mode for c in cases if c.impl == "as_written"} == {"eager", "compile"}
     tf_cases = bench.cases(bench.get_profile("full"), "tf", threads=2)
     assert {c.mode for c in tf_cases if c.impl == "as_written"} == {"eager", "function", "xla"}
+
+
+def test_the_cuda_graph_mode_times_the_train_step_of_the_fixed_shape_models_on_a_gpu_only():
+    full = bench.get_profile("full")
+    assert not {c.mode for c in bench.cases(full, "torch", threads=2)} & bench.GPU_MODES  # the CPU has no CUDA graphs
+    graphed = [c for c in bench.cases(full, "torch", threads=8, device="gpu") if c.mode == "cudagraph"]
+    assert {c.model for c in graphed} == {name for name in catalogue.built() if not catalogue.get(name).variable_length}
+    assert {c.task for c in graphed} == {"train_step"} and {c.impl for c in graphed} == {"ours", "as_written"}
+    assert {c.sweep for c in graphed} == {"document", "floor"}  # the sweeps run the best uncompiled mode
+    # negative control: the other modes time greedy decoding and the models of varying length on a GPU
+    eager = [c for c in bench.cases(full, "torch", threads=8, device="gpu") if c.mode == "eager"]
+    assert {c.task for c in eager} == {"train_step", "greedy"} and {c.model for c in eager} == set(catalogue.built())
+    assert not [c for c in bench.cases(full, "tf", threads=8, device="gpu", backend="jax") if c.mode == "cudagraph"]
 
 
 def test_the_headline_profile_times_every_models_train_step_and_floor_at_two_threads_and_nothing_else():

@@ -16,7 +16,8 @@ ROOT = Path(__file__).resolve().parents[2]
 # torch_impl/keras_layers.py: Keras's Attention and AdditiveAttention in PyTorch (Keras has them)
 STACK_SPECIFIC = ("tf_impl/keras_compat/", "tf_impl/checkpoints.py", "tf_impl/object_graph.py", "tf_impl/fitting.py",
                   "torch_impl/references.py", "tf_impl/references.py", "tf_impl/tutorials/", "torch_impl/keras_layers.py",
-                  "torch_impl/distributed.py")  # fmt: skip  # ranks under torchrun; Keras's devices: keras_compat
+                  "torch_impl/distributed.py",  # ranks under torchrun; Keras's devices: keras_compat
+                  "torch_impl/cuda_graphs.py")  # fmt: skip  # torch's step replayed as a CUDA graph (XLA compiles Keras's)
 FRAMEWORK_METHODS = {"forward": "call"}  # the call method is the only name the frameworks decide
 # torch's training step is its own loop (forward, clipping, Adam); Keras's is Keras's own (`fit`'s step), on the model
 # compiled with TorchAdam: `keras_model`

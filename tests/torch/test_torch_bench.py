@@ -61,3 +61,10 @@ def test_negative_control_a_shared_compile_runs_the_second_model_eager_and_the_c
         assert _compiled_path("reverse_rnn")["compiler"] == "inductor"
         with pytest.raises(RuntimeError, match="torch.compile ran eager"):
             _compiled_path("reverse_luong_dot")
+
+
+def test_the_cuda_graph_mode_alone_on_the_cpu_is_one_clear_error_and_no_file(tmp_path):
+    profile = bench.restrict(bench.get_profile("smoke"), modes=["cudagraph"])
+    with pytest.raises(ValueError, match="cudagraph mode runs on a GPU only"):
+        bench.measure("torch", profile, 1, tmp_path)
+    assert not list(tmp_path.rglob("*"))
