@@ -380,7 +380,7 @@ def _bench(args) -> int:
         raise ValueError(f"--threads takes positive counts, got {args.threads!r}")
     modes = args.modes.split(",") if args.modes else None
     models = [name for text in args.models for name in text.split(",") if name] if args.models else None  # a b, or a,b
-    bench.run(args.profile, stacks, args.results, threads, models, modes, keras_backend=args.keras_backend)
+    bench.run(args.profile, stacks, args.results, threads, models, modes, keras_backend=args.keras_backend, resume=args.resume)
     return 0
 
 
@@ -472,7 +472,9 @@ def _add_bench_and_report(commands) -> None:
     bench.add_argument("--stack", choices=[*STACKS, "both"], default="both", help="one process per stack and thread count")
     bench.add_argument("--threads", help="comma-separated CPU thread counts (default: the profile's, 1,2)")
     bench.add_argument("--models", nargs="*", help="only these catalogue models (space- or comma-separated)")
-    bench.add_argument("--modes", help="only these modes, comma-separated (eager, compile, function, xla)")
+    bench.add_argument("--modes", help="only these modes, comma-separated (eager, compile, cudagraph, function, xla)")
+    bench.add_argument("--resume", action="store_true", help="continue the run a killed bench left in <result>.json.partial "
+                       "(same commit and settings): the cases it timed are kept, the others timed")  # fmt: skip
     bench.add_argument("--results", default="reports/results", help="results go to <results>/<machine>/*.json")
     bench.add_argument("--keras-backend", choices=list(catalogue.KERAS_BACKENDS), help="the tf stack's Keras 3 backend "
                        "(default: KERAS_BACKEND, else tensorflow; JAX's modes: eager, xla)")  # fmt: skip

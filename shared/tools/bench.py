@@ -240,9 +240,11 @@ def cases(profile: Profile, stack: str, threads: int, device: str = "cpu", backe
 # --- one stack process ---------------------------------------------------------------------------
 
 
-def measure(stack: str, profile: Profile, threads: int, results_dir, progress=print) -> Path:
+def measure(stack: str, profile: Profile, threads: int, results_dir, progress=print, resume: bool = False) -> Path:
     """Time every case of `profile` in `stack` (imported here, after the thread count is fixed); write
-    the run's JSON file atomically under `results_dir` (see `result_path`) and return its path."""
+    the run's JSON file atomically under `results_dir` (see `result_path`) and return its path. After each group of
+    cases the rows so far are written to the file's `partial_path`, which a killed run leaves behind and `resume`
+    continues: its groups that ran are kept, the others timed."""
     if stack not in STACK_MODES:
         raise ValueError(f"unknown stack {stack!r}; known: {', '.join(STACK_MODES)}")
     bench = stacks.import_module(stack, "bench")
@@ -253,17 +255,58 @@ def measure(stack: str, profile: Profile, threads: int, results_dir, progress=pr
         gpu_only = ", ".join(sorted(GPU_MODES))
         raise ValueError(f"nothing to time in the {stack} bench on the {device} at {threads} thread(s): profile "
                          f"{profile.name}{profile.tag} has no case here (the {gpu_only} mode runs on a GPU only)")  # fmt: skip
+    output = result_path(results_dir, environment)
+    partial = partial_path(output)
+    kept = resumed_rows(partial, environment) if resume else {}
+    if kept:
+        progress(f"bench: resuming {partial.name}: {len(kept)} rows kept")
     rows = []
     for group in side_by_side(found):
+        keys = [_case_key(_row(bench, stack, case, threads, device)) for case in group]
+        if all(key in kept for key in keys):  # every case of the group ran and timed: kept as timed together
+            rows += [kept[key] for key in keys]
+            continue
         rows += _measure_cases(bench, stack, group, profile, threads, device)
+        _write_results(partial, environment, rows)  # as timed: the slow phases are flagged against the whole run's pace
         for row in rows[-len(group) :]:
             progress(_progress_line(row))
-    rows = flag_slow_phases(rows)
-    payload = {"schema": SCHEMA, "environment": environment, "rows": rows}
-    output = result_path(results_dir, environment)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(output, (json.dumps(payload, indent=1, allow_nan=False) + "\n").encode())
+    _write_results(output, environment, flag_slow_phases(rows))
+    partial.unlink(missing_ok=True)
     return output
+
+
+def partial_path(output: Path) -> Path:
+    """Where a run writes its rows as it goes: beside its result file, named so the report does not read it."""
+    return output.with_name(output.name + ".partial")
+
+
+def resumed_rows(partial: Path, environment: dict) -> dict[tuple, dict]:
+    """The rows of a killed run's partial file that timed (a failed case is timed again), by case; none if there
+    is no such file. ValueError if its run differs from this one (another commit or machine)."""
+    if not partial.is_file():
+        return {}
+    data = json.loads(partial.read_text())
+    theirs = data.get("environment", {})
+    for field in RESUME_FIELDS:
+        if theirs.get(field) != environment[field]:
+            raise ValueError(f"{partial}: cannot resume it: its {field} is {theirs.get(field)!r}, this run's "
+                             f"{environment[field]!r}; run without --resume to time every case afresh")  # fmt: skip
+    return {_case_key(row): row for row in data["rows"] if row.get("status") == "ok"}
+
+
+RESUME_FIELDS = ("machine", "stack", "backend", "device", "threads", "profile", "part", "commit")  # a run's identity
+CASE_FIELDS = ("model", "task", "impl", "mode", "sweep", "batch", "src_len", "tgt_len")  # a case's, in a row
+
+
+def _case_key(row: dict) -> tuple:
+    return tuple(row[field] for field in CASE_FIELDS)
+
+
+def _write_results(path: Path, environment: dict, rows: list[dict]) -> None:
+    """A result file of `rows`, written atomically."""
+    payload = {"schema": SCHEMA, "environment": environment, "rows": rows}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, (json.dumps(payload, indent=1, allow_nan=False) + "\n").encode())
 
 
 def _environment(bench, stack: str, profile: Profile, threads: int, device: str) -> dict:
@@ -462,9 +505,10 @@ def restrict(profile: Profile, models=None, modes=None) -> Profile:
 
 
 def run(profile_name: str, stacks: list[str], results_dir, threads: list[int] | None = None, models=None, modes=None,
-        progress=print, keras_backend: str | None = None) -> int:  # fmt: skip
+        progress=print, keras_backend: str | None = None, resume: bool = False) -> int:  # fmt: skip
     """One child process per (stack, thread count), each writing its own result file; how many ran. `keras_backend`:
-    the tf stack's Keras 3 backend (default: KERAS_BACKEND as set, else TensorFlow)."""
+    the tf stack's Keras 3 backend (default: KERAS_BACKEND as set, else TensorFlow); `resume`: each child continues
+    the partial file a killed run of it left (`measure`)."""
     profile = restrict(get_profile(profile_name), models, modes)
     unknown = sorted(set(stacks) - set(STACK_MODES))
     if unknown:
@@ -475,7 +519,7 @@ def run(profile_name: str, stacks: list[str], results_dir, threads: list[int] | 
             progress(f"bench: {stack}, {count} thread(s), profile {profile.name}")
             argv = [sys.executable, "-m", "shared.tools.bench", stack, "--threads", str(count), "--profile", profile.name]
             argv += ["--results", str(results_dir)] + (["--models", ",".join(models)] if models else [])
-            argv += ["--modes", ",".join(modes)] if modes else []
+            argv += (["--modes", ",".join(modes)] if modes else []) + (["--resume"] if resume else [])
             env = {"TF_CPP_MIN_LOG_LEVEL": "2", **os.environ, **thread_environment(count)}  # quiet TF unless asked
             env |= {"KERAS_BACKEND": keras_backend} if keras_backend else {}
             if subprocess.run(argv, env=env).returncode != 0:
@@ -507,9 +551,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", required=True)
     parser.add_argument("--models")
     parser.add_argument("--modes")
+    parser.add_argument("--resume", action="store_true")
     args = parser.parse_args(argv)
     profile = restrict(get_profile(args.profile), _names(args.models), _names(args.modes))
-    path = measure(args.stack, profile, args.threads, args.results, progress=lambda line: print(line, flush=True))
+    report = lambda line: print(line, flush=True)  # noqa: E731
+    path = measure(args.stack, profile, args.threads, args.results, progress=report, resume=args.resume)
     print(f"bench: wrote {path}", flush=True)
     return 0
 

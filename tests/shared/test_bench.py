@@ -284,25 +284,34 @@ def test_an_unknown_profile_is_refused():
 
 def test_the_load_of_other_processes_is_measured_and_our_own_work_is_not():
     """A busy process beside us reads as about one core; this process's own work does not count (negative control:
-    a meter that counted it would read one more core while we spin)."""
+    a meter that counted it would read one more core while we spin). The other pytest worker's load comes and goes
+    beside these readings, so each comparison is made with a quiet reading taken next to it, up to five times."""
     import subprocess
     import sys
     import time
 
-    quiet = machine.others_busy(0.3)
-    if quiet is None:
+    if machine.others_busy(0.05) is None:
         pytest.skip("no /proc: the load cannot be measured here")
-    meter, spun = machine.OthersMeter.start(), time.perf_counter()
-    while time.perf_counter() - spun < 0.5:
-        pass
-    assert meter.stop() < quiet + 0.5
-    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-    try:
-        time.sleep(0.2)
-        assert machine.others_busy(0.5) > quiet + 0.6
-    finally:
-        busy.kill()
-        busy.wait()
+
+    def own_spin_unseen() -> bool:
+        quiet = machine.others_busy(0.3)
+        meter, spun = machine.OthersMeter.start(), time.perf_counter()
+        while time.perf_counter() - spun < 0.5:
+            pass
+        return meter.stop() < quiet + 0.5
+
+    def spinner_seen() -> bool:
+        quiet = machine.others_busy(0.3)
+        busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        try:
+            time.sleep(0.2)
+            return machine.others_busy(0.5) > quiet + 0.6
+        finally:
+            busy.kill()
+            busy.wait()
+
+    assert any(own_spin_unseen() for _ in range(5))
+    assert any(spinner_seen() for _ in range(5))
 
 
 def test_a_case_is_flagged_for_load_or_spread_and_a_quiet_one_is_not():

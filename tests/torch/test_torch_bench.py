@@ -1,6 +1,9 @@
-"""What ran in a torch.compile case: Inductor, Dynamo's graph breaks of that case alone, `allow_rnn` as set."""
+"""What ran in a torch.compile case: Inductor, Dynamo's graph breaks of that case alone, `allow_rnn` as set; a bench
+asked for nothing it can run; a killed bench resumed."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 import torch
@@ -68,3 +71,54 @@ def test_the_cuda_graph_mode_alone_on_the_cpu_is_one_clear_error_and_no_file(tmp
     with pytest.raises(ValueError, match="cudagraph mode runs on a GPU only"):
         bench.measure("torch", profile, 1, tmp_path)
     assert not list(tmp_path.rglob("*"))
+
+
+class Killed(Exception):
+    """A bench process's end mid-run (a time box, a lease running out), raised from its progress lines."""
+
+
+def _killed_after(groups: int):
+    """A progress callback that ends the run at its first line after group `groups` (the group it reports is written)."""
+    seen = []
+
+    def progress(line: str) -> None:
+        seen.append(line)
+        if len(seen) > groups * 2:  # the smoke profile's first groups: a model's ours and its listing
+            raise Killed(line)
+
+    return progress
+
+
+def test_a_killed_bench_keeps_its_finished_groups_and_resume_times_only_the_rest(tmp_path, monkeypatch):
+    profile = bench.get_profile("smoke")
+    with pytest.raises(Killed):
+        bench.measure("torch", profile, 1, tmp_path, progress=_killed_after(1))
+    partial = next(tmp_path.rglob("*.json.partial"))
+    assert not list(tmp_path.rglob("*.json"))  # no result file until the run ends: the report reads none
+    kept = json.loads(partial.read_text())["rows"]
+    assert [(row["model"], row["impl"]) for row in kept][:2] == [("reverse_bahdanau", "ours"), ("reverse_bahdanau", "as_written")]
+    timed = []
+    measure_cases = bench._measure_cases
+    monkeypatch.setattr(bench, "_measure_cases", lambda *args: timed.append(args[2]) or measure_cases(*args))
+    lines = []
+    path = bench.measure("torch", profile, 1, tmp_path, progress=lines.append, resume=True)
+    assert lines[0] == f"bench: resuming {partial.name}: {len(kept)} rows kept" and not partial.exists()
+    rows = json.loads(path.read_text())["rows"]
+    assert len(rows) == len(bench.cases(profile, "torch", 1)) == len({bench._case_key(row) for row in rows})
+    assert all(case.model != "reverse_bahdanau" for group in timed for case in group)  # the kept group was not timed again
+    assert [row["median_ms"] for row in rows[:2]] == [row["median_ms"] for row in kept[:2]]
+
+
+def test_negative_control_a_partial_file_of_another_commit_is_refused_and_a_run_without_resume_times_everything(tmp_path):
+    profile = bench.get_profile("smoke")
+    with pytest.raises(Killed):
+        bench.measure("torch", profile, 1, tmp_path, progress=_killed_after(1))
+    partial = next(tmp_path.rglob("*.json.partial"))
+    record = json.loads(partial.read_text())
+    partial.write_text(json.dumps({**record, "environment": {**record["environment"], "commit": "0000000"}}))
+    with pytest.raises(ValueError, match=r"\.json\.partial: cannot resume it: its commit is '0000000'"):
+        bench.measure("torch", profile, 1, tmp_path, progress=lambda line: None, resume=True)
+    lines = []
+    path = bench.measure("torch", profile, 1, tmp_path, progress=lines.append)
+    assert not any(line.startswith("bench: resuming") for line in lines) and not partial.exists()
+    assert len(json.loads(path.read_text())["rows"]) == len(bench.cases(profile, "torch", 1))
