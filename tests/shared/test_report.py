@@ -454,6 +454,24 @@ def test_gpu_rows_appear_beside_cpu_rows(tmp_path, inputs):
     assert "cpu-test-2c (cpu, threads 2, float32)" in readme  # the headline prefers CPU rows
 
 
+def test_each_gpu_machine_gets_its_best_modes_under_the_headline_and_a_cpu_only_report_none(tmp_path, inputs):
+    _, readme = _report(tmp_path, inputs, "cpu-only")
+    assert "### On a GPU" not in readme  # the negative control: no GPU rows, no section
+    _results(inputs["results_dir"], gpu=True)
+    timed = (("ours", 1.0), ("as_written", 2.5))
+    replayed = [_row("reverse_bahdanau", "torch", "cudagraph", impl, ms, device="gpu") for impl, ms in timed]
+    _write_json(inputs["results_dir"] / GPU["machine"] / "torch-cudagraph.json",
+                {"schema": 1, "environment": {**GPU, "stack": "torch"}, "rows": replayed})  # fmt: skip
+    result, readme = _report(tmp_path, inputs)
+    table = result["tables"]["gpu_headline"]
+    assert set(table["machine"]) == {GPU["machine"]} and list(table["model"]) == ["reverse_bahdanau", "luong_dot"]
+    bahdanau = _pick(table, model="reverse_bahdanau")
+    assert (bahdanau["torch ms"], bahdanau["torch mode"], bahdanau["ours/as-written torch"]) == (1.0, "cudagraph", 2.5)
+    assert (bahdanau["TF ms"], bahdanau["TF mode"], bahdanau["torch/TF"]) == (8.0, "function", 1.0 / 8.0)
+    assert (bahdanau["lowest ours/as-written"], bahdanau["lowest in"]) == (1.2, "torch compile")  # 6 / 5 on the GPU too
+    assert "### On a GPU" in readme and "| gpu-test-h100 " in readme.split("### On a GPU")[1].split("## Equality")[0]
+
+
 def _backend_equality(path: Path, backend: str, scale: float, failures=()) -> Path:
     """An equality file measured with Keras on `backend`: the TensorFlow file's maxima times `scale`."""
     record = json.loads(_equality(path).read_text())

@@ -96,7 +96,24 @@ def _headline_section(inputs: Inputs, tables: Tables, context: dict | None) -> l
             "FLOPs); a mode's ceiling after the floor counts the step's fixed cost, which no hoisting shortens (the "
             f"speed section's last table). {_speedup_targets(tables, context)}"
         )
-    return ["## Headline", "", where, "", *tables.markdown("headline")]
+    return ["## Headline", "", where, "", *tables.markdown("headline"), *_gpu_headline(tables)]
+
+
+def _gpu_headline(tables: Tables) -> list[str]:
+    """Each GPU machine's best modes, for the models it timed (nothing without GPU rows)."""
+    if "gpu_headline" not in tables.numeric:
+        return []
+    return [
+        "### On a GPU",
+        "",
+        "The same on each GPU machine at its most threads, for the models its leases timed: each stack's best mode "
+        "(torch's `cudagraph` replays the whole train step as one CUDA graph, for the models of fixed-shape batches; "
+        "Keras on a GPU ran on JAX, jitted: the device image has no TensorFlow), ours/as-written in that mode, and the "
+        "lowest over every mode. A lease is minutes long: a machine's rows may come from several leases and commits "
+        "(its line under Machines names them), and a model without a stack's rows shows -.",
+        "",
+        *tables.markdown("gpu_headline"),
+    ]
 
 
 def _speedup_targets(tables: Tables, context: dict) -> str:

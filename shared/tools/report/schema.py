@@ -115,6 +115,9 @@ FORMATS.update(f3="{:.3f}", f4="{:.4f}", text="{:g}")
 HEADLINE_COLUMNS = ["model", "document", "torch ms", "torch mode", "TF ms", "TF mode", "torch/TF"]
 HEADLINE_COLUMNS += ["ours/as-written torch", "ours/as-written TF", "lowest ours/as-written", "lowest in", "FLOP ceiling"]
 HEADLINE_COLUMNS += ["max abs diff float64", "quantity", "greedy ids equal"]
+# each GPU machine's headline: the models it timed, each stack's best mode and ours/as-written in it
+GPU_HEADLINE_COLUMNS = ["machine", "model", "torch ms", "torch mode", "TF ms", "TF mode", "torch/TF", "ours/as-written torch",
+                        "ours/as-written TF", "lowest ours/as-written", "lowest in"]  # fmt: skip
 SPEEDUP_TARGET = 1.5  # ours/as-written wanted wherever the FLOP ceiling, after the step's floor, allows it
 SPEED_COLUMNS = {
     "model": "model",

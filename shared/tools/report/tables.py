@@ -14,6 +14,7 @@ from shared.tools.report.reading import latest_counts
 from shared.tools.report.schema import (
     BACKENDS,
     CONTEXT,
+    GPU_HEADLINE_COLUMNS,
     HEADLINE_COLUMNS,
     LABELS,
     RATIO_BAND,
@@ -58,6 +59,7 @@ def build_tables(inputs: Inputs) -> tuple[Tables, dict | None]:
     tables = Tables()
     headline, context = headline_table(inputs.rows, inputs.equality)
     tables.add("headline", headline)
+    tables.add("gpu_headline", gpu_headline_table(inputs.rows))
     tables.add("speedup_below_target", below_target_table(inputs.rows, context))
     for name, table in equality_tables(inputs.equality).items():
         tables.add(name, table, kind="err")
@@ -112,6 +114,35 @@ def headline_table(rows, equality: dict | None):
     picked = in_context(base, context)
     records = [_headline_record(spec, select(picked, model=name), equality or {}) for name, spec in catalogue.CATALOGUE.items()]
     return pd.DataFrame(records, columns=HEADLINE_COLUMNS), context
+
+
+def gpu_headline_table(rows):
+    """Per GPU machine (at its most threads, float32), one row per model it timed: each stack's best mode and its
+    time, torch/TF, ours/as-written in that best mode, and the lowest over every mode. Empty without GPU rows."""
+    import pandas as pd
+
+    base = rows[(rows["task"] == "train_step") & (rows["sweep"] == "document") & (rows["device"] == "gpu")]
+    base = base[(base["status"] == "ok") & (base["dtype"] == "float32")]
+    records = []
+    for machine, on_machine in base.groupby("machine", sort=True):
+        picked = on_machine[on_machine["threads"] == on_machine["threads"].max()]
+        for name in [name for name in catalogue.CATALOGUE if name in set(picked["model"])]:
+            records.append({"machine": machine, "model": name, **_best_modes(catalogue.get(name), select(picked, model=name))})
+    return pd.DataFrame(records, columns=GPU_HEADLINE_COLUMNS)
+
+
+def _best_modes(spec: catalogue.ModelSpec, rows) -> dict:
+    """Each stack's best mode of ours, its time and ours/as-written in it; torch/TF; the lowest ratio over every mode."""
+    record = {}
+    for stack in STACKS:
+        label, stack_rows = LABELS[stack], rows[rows["stack"] == stack]
+        record[f"{label} ms"], record[f"{label} mode"] = _best(stack_rows[stack_rows["impl"] == "ours"])
+        best = stack_rows[stack_rows["mode"] == record[f"{label} mode"]]
+        record[f"ours/as-written {label}"] = 1.0 if not spec.hoists and len(best) else _speedup(best)
+    record["torch/TF"] = record["torch ms"] / record["TF ms"]
+    lowest = (1.0, "ours is the listing") if not spec.hoists else _lowest_speedup(rows)
+    record["lowest ours/as-written"], record["lowest in"] = lowest
+    return record
 
 
 def _headline_record(spec: catalogue.ModelSpec, rows, equality: dict) -> dict:
