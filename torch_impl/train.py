@@ -285,8 +285,7 @@ def write_arrays(path: str | Path, weights: Mapping[str, np.ndarray], optimizer_
         step = check_optimizer_state(optimizer_state)
         for key, param in zip(tensors, parameters, strict=True):
             moments = {name: _adam_moment(optimizer_state[name][key], param) for name in MOMENTS}
-            # the step on the weight's device in float32, as Adam's own load_state_dict puts it for its fused kernel
-        optimizer.state[param] = {"step": torch.tensor(float(step), dtype=torch.float32, device=param.device), **moments}
+            optimizer.state[param] = {"step": torch.tensor(float(step)), **moments}
         saved = {"model": tensors, "optimizer": optimizer.state_dict()}
     buffer = io.BytesIO()
     torch.save(saved, buffer)

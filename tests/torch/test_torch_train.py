@@ -61,3 +61,21 @@ def test_negative_control_moments_loaded_with_their_strides_are_misread_by_the_f
     naive, plain = _one_step_from(state, plain=False, load=strided_load), _one_step_from(state, plain=True)
     worst = max(float(np.abs(naive[key] - value).max()) for key, value in plain.items())
     assert worst > 1e-6, "the fused kernel read strided moments correctly: the conversion guarded here is not needed"
+
+
+def test_a_checkpoint_with_adams_state_holds_every_weights_moments_and_training_goes_on_as_before(tmp_path):
+    """save_checkpoint / load_checkpoint (write_arrays: Adam's state_dict over every weight, in their order)."""
+    trainer, batches = _trainer_after(3), list(fixture_batches(NAME, 4))
+    trainer.save_checkpoint(tmp_path / "c.pt")
+    saved = torch.load(tmp_path / "c.pt", weights_only=True)["optimizer"]["state"]
+    assert sorted(saved) == list(range(len(trainer.variables)))  # a state for every weight, not the last one alone
+    resumed = fixture_trainer(torch_impl, NAME, "float64", EQUALITY_SPEC)
+    resumed.load_checkpoint(tmp_path / "c.pt")
+    assert_close(resumed.step(batches[3]), trainer.step(batches[3]), 1e-15, what="the step after the checkpoint")
+
+
+def _trainer_after(steps: int):
+    trainer = fixture_trainer(torch_impl, NAME, "float64", EQUALITY_SPEC)
+    for batch in fixture_batches(NAME, steps):
+        trainer.step(batch)
+    return trainer
