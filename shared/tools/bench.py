@@ -523,7 +523,9 @@ def run(profile_name: str, stacks: list[str], results_dir, threads: list[int] | 
             env = {"TF_CPP_MIN_LOG_LEVEL": "2", **os.environ, **thread_environment(count)}  # quiet TF unless asked
             env |= {"KERAS_BACKEND": keras_backend} if keras_backend else {}
             if subprocess.run(argv, env=env).returncode != 0:
-                raise RuntimeError(f"the {stack} bench process failed; its result file was not written")
+                raise RuntimeError(f"the {stack} bench process failed; its result file was not written (the groups it timed "
+                                   f"are in a .json.partial file under {results_dir}: the same command with --resume "
+                                   "continues from them)")  # fmt: skip
             runs += 1
     return runs
 

@@ -343,3 +343,14 @@ def test_a_case_timed_in_a_slow_phase_of_the_machine_is_flagged_and_one_slow_pro
     assert [row["disturbed"] for row in (flagged[1], flagged[2], flagged[5])] == [None, None, None]
     assert flagged[4] == failed
     assert machine.disturbance(slow, slow["others_busy"]) is None  # what the bench flagged before: nothing
+
+
+def test_a_failed_bench_process_says_where_its_timed_rows_are_and_how_to_continue(monkeypatch, tmp_path):
+    import subprocess
+    import types
+
+    argvs = []
+    monkeypatch.setattr(subprocess, "run", lambda argv, env: argvs.append(argv) or types.SimpleNamespace(returncode=1))
+    with pytest.raises(RuntimeError, match=r"torch bench process failed.*\.json\.partial file under .*--resume continues"):
+        bench.run("smoke", ["torch"], tmp_path, threads=[1], resume=True, progress=lambda line: None)
+    assert argvs[0][-1] == "--resume"  # the child is asked to continue too
