@@ -24,6 +24,7 @@ import os
 import platform
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -522,12 +523,22 @@ def run(profile_name: str, stacks: list[str], results_dir, threads: list[int] | 
             argv += (["--modes", ",".join(modes)] if modes else []) + (["--resume"] if resume else [])
             env = {"TF_CPP_MIN_LOG_LEVEL": "2", **os.environ, **thread_environment(count)}  # quiet TF unless asked
             env |= {"KERAS_BACKEND": keras_backend} if keras_backend else {}
+            started = time.time()
             if subprocess.run(argv, env=env).returncode != 0:
-                raise RuntimeError(f"the {stack} bench process failed; its result file was not written (the groups it timed "
-                                   f"are in a .json.partial file under {results_dir}: the same command with --resume "
-                                   "continues from them)")  # fmt: skip
+                raise RuntimeError(
+                    f"the {stack} bench process failed; its result file was not written{_kept(results_dir, started)}"
+                )
             runs += 1
     return runs
+
+
+def _kept(results_dir, since: float) -> str:
+    """Where a failed child's timed groups are (its partial file, written since `since`), and how to go on; "" if none."""
+    root = Path(results_dir)
+    written = [path for path in root.rglob("*.json.partial") if path.stat().st_mtime >= since] if root.is_dir() else []
+    if not written:
+        return ""
+    return f" (the groups it timed are in {written[0]}: the same command with --resume continues from them)"
 
 
 def result_path(results_dir, environment: dict) -> Path:
@@ -555,9 +566,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--modes")
     parser.add_argument("--resume", action="store_true")
     args = parser.parse_args(argv)
-    profile = restrict(get_profile(args.profile), _names(args.models), _names(args.modes))
     report = lambda line: print(line, flush=True)  # noqa: E731
-    path = measure(args.stack, profile, args.threads, args.results, progress=report, resume=args.resume)
+    try:
+        profile = restrict(get_profile(args.profile), _names(args.models), _names(args.modes))
+        path = measure(args.stack, profile, args.threads, args.results, progress=report, resume=args.resume)
+    except ValueError as error:  # a bad request: one line (the parent adds that its file was not written)
+        print(f"rosetta bench: {error}", file=sys.stderr, flush=True)
+        return 2
     print(f"bench: wrote {path}", flush=True)
     return 0
 

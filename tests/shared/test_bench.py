@@ -349,8 +349,22 @@ def test_a_failed_bench_process_says_where_its_timed_rows_are_and_how_to_continu
     import subprocess
     import types
 
-    argvs = []
-    monkeypatch.setattr(subprocess, "run", lambda argv, env: argvs.append(argv) or types.SimpleNamespace(returncode=1))
-    with pytest.raises(RuntimeError, match=r"torch bench process failed.*\.json\.partial file under .*--resume continues"):
+    def child(argv, env, partial=None):  # a bench process that fails, having written `partial` or nothing
+        if partial:
+            partial.parent.mkdir(parents=True, exist_ok=True)
+            partial.write_text("{}")
+        return types.SimpleNamespace(returncode=1)
+
+    monkeypatch.setattr(subprocess, "run", child)  # negative control: nothing timed, no word of a partial file
+    with pytest.raises(RuntimeError, match=r"torch bench process failed; its result file was not written$"):
+        bench.run("smoke", ["torch"], tmp_path, threads=[1], progress=lambda line: None)
+    partial, argvs = tmp_path / "m" / "torch-cpu-t1-smoke.json.partial", []
+    monkeypatch.setattr(subprocess, "run", lambda argv, env: argvs.append(argv) or child(argv, env, partial))
+    with pytest.raises(RuntimeError, match=r"the groups it timed are in .*torch-cpu-t1-smoke\.json\.partial: .*--resume"):
         bench.run("smoke", ["torch"], tmp_path, threads=[1], resume=True, progress=lambda line: None)
     assert argvs[0][-1] == "--resume"  # the child is asked to continue too
+
+
+def test_a_bench_child_asked_for_an_unknown_mode_says_so_in_one_line(capsys):
+    assert bench.main(["torch", "--threads", "1", "--results", "r", "--modes", "turbo"]) == 2
+    assert capsys.readouterr().err == (f"rosetta bench: unknown mode(s) turbo; known: {', '.join(bench.ALL_MODES)}\n")
