@@ -380,7 +380,10 @@ def _bench(args) -> int:
         raise ValueError(f"--threads takes positive counts, got {args.threads!r}")
     modes = args.modes.split(",") if args.modes else None
     models = [name for text in args.models for name in text.split(",") if name] if args.models else None  # a b, or a,b
-    bench.run(args.profile, stacks, args.results, threads, models, modes, keras_backend=args.keras_backend, resume=args.resume)
+    if args.time_box is not None and args.time_box <= 0:
+        raise ValueError(f"--time-box takes a positive number of seconds, got {args.time_box:g}")
+    bench.run(args.profile, stacks, args.results, threads, models, modes, keras_backend=args.keras_backend, resume=args.resume,
+              time_box_s=args.time_box)  # fmt: skip
     return 0
 
 
@@ -475,6 +478,9 @@ def _add_bench_and_report(commands) -> None:
     bench.add_argument("--modes", help="only these modes, comma-separated (eager, compile, cudagraph, function, xla)")
     bench.add_argument("--resume", action="store_true", help="continue the run a killed bench left in <result>.json.partial "
                        "(same commit and settings): the cases it timed are kept, the others timed")  # fmt: skip
+    bench.add_argument("--time-box", type=float, metavar="SECONDS", help="each bench process starts no group of cases "
+                       "after SECONDS: its result file holds what it timed, and --resume continues it (a lease, a "
+                       "session)")  # fmt: skip
     bench.add_argument("--results", default="reports/results", help="results go to <results>/<machine>/*.json")
     bench.add_argument("--keras-backend", choices=list(catalogue.KERAS_BACKENDS), help="the tf stack's Keras 3 backend "
                        "(default: KERAS_BACKEND, else tensorflow; JAX's modes: eager, xla)")  # fmt: skip

@@ -241,11 +241,13 @@ def cases(profile: Profile, stack: str, threads: int, device: str = "cpu", backe
 # --- one stack process ---------------------------------------------------------------------------
 
 
-def measure(stack: str, profile: Profile, threads: int, results_dir, progress=print, resume: bool = False) -> Path:
+def measure(stack: str, profile: Profile, threads: int, results_dir, progress=print, resume: bool = False,
+            time_box_s: float | None = None) -> Path:  # fmt: skip
     """Time every case of `profile` in `stack` (imported here, after the thread count is fixed); write
     the run's JSON file atomically under `results_dir` (see `result_path`) and return its path. After each group of
     cases the rows so far are written to the file's `partial_path`, which a killed run leaves behind and `resume`
-    continues: its groups that ran are kept, the others timed."""
+    continues: its groups that ran are kept, the others timed. Past `time_box_s` no group is started: the result file
+    holds what was timed (its environment's `stopped` says so) and the partial file stays for `resume`."""
     if stack not in STACK_MODES:
         raise ValueError(f"unknown stack {stack!r}; known: {', '.join(STACK_MODES)}")
     bench = stacks.import_module(stack, "bench")
@@ -261,8 +263,13 @@ def measure(stack: str, profile: Profile, threads: int, results_dir, progress=pr
     kept = resumed_rows(partial, environment) if resume else {}
     if kept:
         progress(f"bench: resuming {partial.name}: {len(kept)} rows kept")
-    rows = []
-    for group in side_by_side(found):
+    rows, groups, started = [], side_by_side(found), time.monotonic()
+    for index, group in enumerate(groups):
+        if index and time_box_s is not None and time.monotonic() - started > time_box_s:
+            environment["stopped"] = f"its time box of {time_box_s:g} s ended it after {index} of {len(groups)} groups"
+            progress(f"bench: {environment['stopped']}; --resume continues it")
+            _write_results(output, environment, flag_slow_phases(rows))
+            return output
         keys = [_case_key(_row(bench, stack, case, threads, device)) for case in group]
         if all(key in kept for key in keys):  # every case of the group ran and timed: kept as timed together
             rows += [kept[key] for key in keys]
@@ -506,10 +513,11 @@ def restrict(profile: Profile, models=None, modes=None) -> Profile:
 
 
 def run(profile_name: str, stacks: list[str], results_dir, threads: list[int] | None = None, models=None, modes=None,
-        progress=print, keras_backend: str | None = None, resume: bool = False) -> int:  # fmt: skip
+        progress=print, keras_backend: str | None = None, resume: bool = False,
+        time_box_s: float | None = None) -> int:  # fmt: skip
     """One child process per (stack, thread count), each writing its own result file; how many ran. `keras_backend`:
     the tf stack's Keras 3 backend (default: KERAS_BACKEND as set, else TensorFlow); `resume`: each child continues
-    the partial file a killed run of it left (`measure`)."""
+    the partial file a killed run of it left; `time_box_s`: each child's time box (`measure`)."""
     profile = restrict(get_profile(profile_name), models, modes)
     unknown = sorted(set(stacks) - set(STACK_MODES))
     if unknown:
@@ -521,6 +529,7 @@ def run(profile_name: str, stacks: list[str], results_dir, threads: list[int] | 
             argv = [sys.executable, "-m", "shared.tools.bench", stack, "--threads", str(count), "--profile", profile.name]
             argv += ["--results", str(results_dir)] + (["--models", ",".join(models)] if models else [])
             argv += (["--modes", ",".join(modes)] if modes else []) + (["--resume"] if resume else [])
+            argv += ["--time-box", str(time_box_s)] if time_box_s is not None else []
             env = {"TF_CPP_MIN_LOG_LEVEL": "2", **os.environ, **thread_environment(count)}  # quiet TF unless asked
             env |= {"KERAS_BACKEND": keras_backend} if keras_backend else {}
             started = time.time()
@@ -565,11 +574,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models")
     parser.add_argument("--modes")
     parser.add_argument("--resume", action="store_true")
+    parser.add_argument("--time-box", type=float)
     args = parser.parse_args(argv)
     report = lambda line: print(line, flush=True)  # noqa: E731
     try:
         profile = restrict(get_profile(args.profile), _names(args.models), _names(args.modes))
-        path = measure(args.stack, profile, args.threads, args.results, progress=report, resume=args.resume)
+        path = measure(args.stack, profile, args.threads, args.results, report, args.resume, args.time_box)
     except ValueError as error:  # a bad request: one line (the parent adds that its file was not written)
         print(f"rosetta bench: {error}", file=sys.stderr, flush=True)
         return 2

@@ -246,6 +246,7 @@ def test_peak_rss_resets_and_reads():
     [
         (["bench", "--models", "no_such_model"], "unknown model"),
         (["bench", "--threads", "0"], "positive"),
+        (["bench", "--time-box", "0"], "--time-box takes a positive number of seconds, got 0"),
     ],
 )
 def test_bad_bench_requests_fail_with_one_clear_error(capsys, argv, message):

@@ -122,3 +122,17 @@ def test_negative_control_a_partial_file_of_another_commit_is_refused_and_a_run_
     path = bench.measure("torch", profile, 1, tmp_path, progress=lines.append)
     assert not any(line.startswith("bench: resuming") for line in lines) and not partial.exists()
     assert len(json.loads(path.read_text())["rows"]) == len(bench.cases(profile, "torch", 1))
+
+
+def test_a_time_boxed_bench_writes_what_it_timed_and_resume_finishes_it(tmp_path):
+    profile = bench.get_profile("smoke")
+    lines = []
+    path = bench.measure("torch", profile, 1, tmp_path, progress=lines.append, time_box_s=1e-9)  # one group, then stop
+    record = json.loads(path.read_text())
+    assert record["environment"]["stopped"] == "its time box of 1e-09 s ended it after 1 of 3 groups"
+    assert [row["model"] for row in record["rows"]] == ["reverse_bahdanau"] * 2 and lines[-1].endswith("--resume continues it")
+    assert bench.partial_path(path).exists()  # kept for --resume
+    path = bench.measure("torch", profile, 1, tmp_path, progress=lines.append, resume=True)  # negative control: no box
+    record = json.loads(path.read_text())
+    assert "stopped" not in record["environment"] and len(record["rows"]) == len(bench.cases(profile, "torch", 1))
+    assert not bench.partial_path(path).exists()
