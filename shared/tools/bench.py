@@ -268,8 +268,7 @@ def measure(stack: str, profile: Profile, threads: int, results_dir, progress=pr
         if index and time_box_s is not None and time.monotonic() - started > time_box_s:
             environment["stopped"] = f"its time box of {time_box_s:g} s ended it after {index} of {len(groups)} groups"
             progress(f"bench: {environment['stopped']}; --resume continues it")
-            _write_results(output, environment, flag_slow_phases(rows))
-            return output
+            break
         keys = [_case_key(_row(bench, stack, case, threads, device)) for case in group]
         if all(key in kept for key in keys):  # every case of the group ran and timed: kept as timed together
             rows += [kept[key] for key in keys]
@@ -279,7 +278,8 @@ def measure(stack: str, profile: Profile, threads: int, results_dir, progress=pr
         for row in rows[-len(group) :]:
             progress(_progress_line(row))
     _write_results(output, environment, flag_slow_phases(rows))
-    partial.unlink(missing_ok=True)
+    if "stopped" not in environment:  # a stopped run keeps its partial file for --resume
+        partial.unlink(missing_ok=True)
     return output
 
 

@@ -36,10 +36,7 @@ def _one_step_from(state, plain: bool, load=None) -> dict:
 
 
 def _trained_state() -> dict:
-    trainer = fixture_trainer(torch_impl, NAME, "float64", EQUALITY_SPEC)
-    for batch in fixture_batches(NAME, 3):
-        trainer.step(batch)
-    return _state_as_keras_hands_it_over(trainer)
+    return _state_as_keras_hands_it_over(_trainer_after(3))
 
 
 def test_fused_adam_from_a_keras_ordered_state_updates_as_plain_adam():
