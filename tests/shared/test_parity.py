@@ -17,7 +17,8 @@ ROOT = Path(__file__).resolve().parents[2]
 STACK_SPECIFIC = ("tf_impl/keras_compat/", "tf_impl/checkpoints.py", "tf_impl/object_graph.py", "tf_impl/fitting.py",
                   "torch_impl/references.py", "tf_impl/references.py", "tf_impl/tutorials/", "torch_impl/keras_layers.py",
                   "torch_impl/distributed.py",  # ranks under torchrun; Keras's devices: keras_compat
-                  "torch_impl/cuda_graphs.py")  # fmt: skip  # torch's step replayed as a CUDA graph (XLA compiles Keras's)
+                  "torch_impl/cuda_graphs.py",  # torch's step replayed as a CUDA graph (XLA compiles Keras's)
+                  "torch_impl/inductor_ops.py")  # fmt: skip  # Inductor's slow CPU tanh in another form (XLA's is fast)
 FRAMEWORK_METHODS = {"forward": "call"}  # the call method is the only name the frameworks decide
 # torch's training step is its own loop (forward, clipping, Adam); Keras's is Keras's own (`fit`'s step), on the model
 # compiled with TorchAdam: `keras_model`

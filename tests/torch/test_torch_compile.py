@@ -11,6 +11,7 @@ import torch
 import torch_impl
 from shared.verify.equality import assert_close
 from shared.verify.training import EQUALITY_SPEC, fixture_batches, fixture_trainer, step_schedules
+from torch_impl.inductor_ops import energy_tanh
 from torch_impl.models.seq2seq import masked_direction, run_masked, run_rnn
 
 
@@ -22,7 +23,8 @@ def _losses_and_weights(name: str, mode: str, batches: list[dict]) -> tuple[list
 
 
 # a GRU per decoder step; a padded encoder (packed in eager); Keras's masks (a masked GRU on each side, in eager packed)
-@pytest.mark.parametrize("name", ["reverse_bahdanau", "luong_general", "tf_tutorial_mha"])
+# reverse_bahdanau and additive_attention: also the compiled energy's tanh (energy_tanh)
+@pytest.mark.parametrize("name", ["reverse_bahdanau", "luong_general", "tf_tutorial_mha", "additive_attention"])
 def test_a_compiled_train_step_traced_into_the_recurrent_layers_updates_as_eager(name):
     batches = list(fixture_batches(name, 3))
     torch._dynamo.utils.counters.clear()
@@ -105,3 +107,43 @@ def test_compiled_the_encoder_is_a_masked_loop_only_where_dynamo_traces_recurren
         outputs, _ = torch.compile(run_rnn)(rnn, inputs.detach(), LENGTHS, hidden)
     assert bool(torch._dynamo.utils.counters["graph_break"]) is packed
     assert_close(outputs.detach(), run_rnn(rnn, inputs, LENGTHS, hidden)[0].detach(), 1e-12, what="compiled encoder")
+
+
+# every regime of tanh: 0, tiny, ordinary, past float32's exp overflow (|x| > 44), past float64's (|x| > 355)
+ENERGIES = [0.0, 1e-30, -1e-8, 0.3, -2.0, 9.0, -20.0, 50.0, -50.0, 400.0, -400.0, 1e30, -1e30]
+
+
+def _tanh_and_gradient(tanh, dtype: torch.dtype, compile_it: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    energy = torch.tensor(ENERGIES, dtype=dtype, requires_grad=True)
+    run = torch.compile(lambda x: tanh(x) * 1.0, fullgraph=True) if compile_it else tanh
+    value = run(energy)
+    (gradient,) = torch.autograd.grad((value * torch.linspace(1, 2, len(ENERGIES), dtype=dtype)).sum(), energy)
+    return value.detach(), gradient
+
+
+@pytest.mark.parametrize("dtype, tolerance", [(torch.float64, 1e-15), (torch.float32, 3e-7)])
+def test_the_compiled_energy_tanh_is_tanh_to_rounding_saturation_and_gradient_included(dtype, tolerance):
+    torch._dynamo.reset()
+    want = _tanh_and_gradient(torch.tanh, dtype, compile_it=False)
+    compiled = _tanh_and_gradient(energy_tanh, dtype, compile_it=True)
+    for what, got, expected in zip(("values", "gradients"), compiled, want, strict=True):
+        assert torch.isfinite(got).all(), f"compiled energy_tanh ({dtype}): {what} {got}"
+        assert_close(got.numpy(), expected.numpy(), tolerance, what=f"compiled energy_tanh ({dtype}): {what}")
+    eager = _tanh_and_gradient(energy_tanh, dtype, compile_it=False)
+    assert all(torch.equal(got, expected) for got, expected in zip(eager, want, strict=True))  # eagerly torch.tanh itself
+
+
+def test_the_compiled_energy_tanh_takes_the_exp_form_not_torch_tanh():
+    """The branch is taken: compiled in float32 the values differ from torch.tanh's in their last bits somewhere."""
+    torch._dynamo.reset()
+    energy = torch.linspace(-3, 3, 1001)
+    compiled = torch.compile(energy_tanh, fullgraph=True)(energy)
+    assert not torch.equal(compiled, torch.tanh(energy))
+
+
+def test_negative_control_the_textbook_exp_form_overflows_to_nan_where_energy_tanh_saturates():
+    """`(e^2x - 1) / (e^2x + 1)`: inf / inf past float32's overflow. The saturation test above catches it."""
+    torch._dynamo.reset()
+    textbook = lambda x: (torch.exp(2 * x) - 1) / (torch.exp(2 * x) + 1)  # noqa: E731
+    values, _ = _tanh_and_gradient(textbook, torch.float32, compile_it=True)
+    assert not torch.isfinite(values).all()

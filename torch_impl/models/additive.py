@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from shared.core.taps import ATTENTION_SCORES, tap
+from torch_impl.inductor_ops import energy_tanh
 
 
 class AdditiveAttention(nn.Module):
@@ -51,7 +52,7 @@ class AdditiveAttention(nn.Module):
         if self.as_written:
             return self.attend_as_written(queries, values)
         weights = self.W_1(queries).unsqueeze(2) + self.W_2(values).unsqueeze(1)  # [B, T, 1, Dd] + [B, 1, S, Dd]
-        attention = torch.softmax(tap(ATTENTION_SCORES, torch.tanh(weights) @ self.v), dim=-1)  # [B, T, S]
+        attention = torch.softmax(tap(ATTENTION_SCORES, energy_tanh(weights) @ self.v), dim=-1)  # [B, T, S]
         return attention @ values, attention  # [B, T, S] @ [B, S, De] -> [B, T, De]
 
     def attend_as_written(self, queries, values):

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from shared.core.taps import CONTEXT_VECTORS, SOURCE_EMBEDDINGS, TARGET_EMBEDDINGS, tap
+from torch_impl.inductor_ops import energy_tanh
 from torch_impl.models.seq2seq import Seq2SeqBase, masked_softmax, run_rnn
 
 
@@ -65,7 +66,7 @@ class Attention(nn.Module):
         if keys is None:
             energy = self.energy_as_written(hidden, encoder_outputs)  # [B, S, Hd]
         else:
-            energy = torch.tanh(keys + F.linear(hidden, self.fc1.weight[:, : self.decoder_hidden_size]).unsqueeze(1))
+            energy = energy_tanh(keys + F.linear(hidden, self.fc1.weight[:, : self.decoder_hidden_size]).unsqueeze(1))
         attention = masked_softmax(self.fc2(energy).squeeze(2), mask)  # [B, S]
         weighted = tap(CONTEXT_VECTORS, torch.bmm(attention.unsqueeze(1), encoder_outputs).squeeze(1))  # [B, 2He]
         return weighted, attention  # fix: the listing's weighted.permute(1, 0, 2) result was never assigned

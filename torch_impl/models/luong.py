@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from shared.core.taps import CONTEXT_VECTORS, SOURCE_EMBEDDINGS, TARGET_EMBEDDINGS, tap
+from torch_impl.inductor_ops import energy_tanh
 from torch_impl.models.seq2seq import Seq2SeqBase, masked_softmax, run_rnn
 
 SCORE_FNS = ("dot", "general", "concat")
@@ -60,7 +61,7 @@ class Attention(nn.Module):
         if self.score_fn != "concat":
             return torch.bmm(queries, keys.transpose(1, 2))  # [B, T, H] @ [B, H, S]
         query_share = F.linear(queries, self.w.weight[:, : queries.shape[2]])  # [B, T, H]
-        return torch.tanh(keys.unsqueeze(1) + query_share.unsqueeze(2)) @ self.v  # [B, T, S, H] @ [H] -> [B, T, S]
+        return energy_tanh(keys.unsqueeze(1) + query_share.unsqueeze(2)) @ self.v  # [B, T, S, H] @ [H] -> [B, T, S]
 
     def attend(self, queries, encoder_outs, mask, keys):
         """Ours: alignment `[B, T, S]` and context `[B, T, H]` of every query at once."""

@@ -21,6 +21,7 @@ from shared.core.taps import (
     TARGET_EMBEDDINGS,
     tap,
 )
+from torch_impl.inductor_ops import energy_tanh
 from torch_impl.models.seq2seq import gru_cell_row_bias, masked_softmax
 
 
@@ -114,7 +115,7 @@ class BahdanauReverseTask(ReverseTaskBase):
         state, states, attention = enc_hidden[-1], [], []  # s_{t-1}: [B, H]
         for emb_share_t in emb_share.unbind(1):  # [B, 3H] each
             query = F.linear(state, query_weight, query_bias)  # [B, A]
-            probs = masked_softmax(torch.matmul(torch.tanh(keys + query.unsqueeze(1)), v), None)  # [B, S, A] @ [A] -> [B, S]
+            probs = masked_softmax(torch.matmul(energy_tanh(keys + query.unsqueeze(1)), v), None)  # [B, S, A] @ [A] -> [B, S]
             context_vector = tap(CONTEXT_VECTORS, torch.bmm(probs.unsqueeze(1), enc_out).squeeze(1))  # [B, 1, S] @ [B, S, H]
             state = gru_cell_row_bias(context_vector, state, context_weight, gru.weight_hh_l0, emb_share_t, hidden_bias)  # [B, H]
             states.append(state)
@@ -174,7 +175,7 @@ def dot_scores(keys: torch.Tensor, states: torch.Tensor) -> torch.Tensor:
 
 def additive_scores(v: nn.Linear, keys: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
     """`v . tanh(k_i + q_t)`: `[B, S, A]`, `[B, T, A]` -> `[B, T, S]`."""
-    return v(torch.tanh(keys.unsqueeze(1) + queries.unsqueeze(2))).squeeze(-1)  # [B, T, S, A] -> [B, T, S]
+    return v(energy_tanh(keys.unsqueeze(1) + queries.unsqueeze(2))).squeeze(-1)  # [B, T, S, A] -> [B, T, S]
 
 
 def concat_scores(W_a: nn.Linear, v: nn.Linear, enc_out: torch.Tensor, state: torch.Tensor) -> torch.Tensor:

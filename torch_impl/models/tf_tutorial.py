@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from shared.core.taps import CONTEXT_VECTORS, ENCODER_STATE, SOURCE_EMBEDDINGS, TARGET_EMBEDDINGS, tap
+from torch_impl.inductor_ops import energy_tanh
 from torch_impl.models.seq2seq import Seq2SeqBase, gru_cell, masked_softmax, run_rnn
 
 
@@ -55,7 +56,8 @@ class BahdanauAttention(nn.Module):
         """`query [B, H]`, `values [B, S, H]` -> context `[B, H]`, attention_weights `[B, S, 1]`."""
         hidden_with_time_axis = query.unsqueeze(1)  # [B, 1, H]
         values_share = self.values_layer(values) if keys is None else keys  # [B, S, H]; the listing: at every step
-        score = self.V(torch.tanh(values_share + self.query_layer(hidden_with_time_axis)))  # [B, S, 1]
+        tanh = torch.tanh if keys is None else energy_tanh  # ours: keys computed once
+        score = self.V(tanh(values_share + self.query_layer(hidden_with_time_axis)))  # [B, S, 1]
         attention_weights = masked_softmax(score.squeeze(2), mask).unsqueeze(2)  # [B, S, 1]
         context_vector = tap(CONTEXT_VECTORS, torch.sum(attention_weights * values, dim=1))  # [B, H]
         return context_vector, attention_weights
