@@ -224,7 +224,7 @@ def test_floors_at_other_lengths_than_the_documents_count_only_where_none_were_t
 
 
 def test_each_cpu_machine_gets_its_own_rows_below_the_target_and_the_headline_names_its_own(tmp_path, inputs):
-    """A second CPU machine (fewer rows: not the headline's) where reverse_bahdanau's torch compile is a target appears
+    """A second CPU machine (fewer models: not the headline's) where reverse_bahdanau's torch compile is a target appears
     in the table under its name; the headline's sentence names the targets of its own machine only."""
     _add_floors(inputs, (10, 11))  # on the headline's machine torch compile is bounded, TF XLA a target
     other = {**CPU, "machine": "cpu-other-2c", "stack": "torch"}
@@ -236,6 +236,26 @@ def test_each_cpu_machine_gets_its_own_rows_below_the_target_and_the_headline_na
     elsewhere = _pick(below, machine="cpu-other-2c", model="reverse_bahdanau")
     assert (elsewhere["floor sizes"], elsewhere["verdict"]) == ("-", "target")  # no floor there: the FLOP ceiling
     assert "(targets): reverse_bahdanau (1.17x TF xla, ceiling after floor 1.75x)." in readme  # not the other's 1.20x
+
+
+def test_the_headline_takes_the_machine_that_timed_the_most_models_and_the_newest_run(tmp_path, inputs):
+    """A newer CPU machine with one run of both models (fewer rows: no sweeps, no greedy) outranks the older one's
+    rows; with one model only it does not (the negative control: a newer run of part of the catalogue)."""
+    newer = {**CPU, "machine": "cpu-newer-2c", "created": "2026-11-27T16:00:00Z"}
+    for stack in ("torch", "tf"):
+        rows = [_row(*key, median / 2) for key, median in MEDIANS.items() if key[1] == stack and key[0] == "reverse_bahdanau"]
+        _write_json(inputs["results_dir"] / newer["machine"] / f"{stack}.json",
+                    {"schema": 1, "environment": {**newer, "stack": stack}, "rows": rows})  # fmt: skip
+    _, readme = _report(tmp_path, inputs, "part")
+    assert "on cpu-test-2c (cpu, threads 2, float32)" in readme  # one model of two: the older machine's headline
+    for stack in ("torch", "tf"):
+        path = inputs["results_dir"] / newer["machine"] / f"{stack}.json"
+        data = json.loads(path.read_text())
+        data["rows"] += [_row(*key, median / 2) for key, median in MEDIANS.items() if key[1] == stack and key[0] == "luong_dot"]
+        _write_json(path, data)
+    result, readme = _report(tmp_path, inputs, "whole")
+    assert "on cpu-newer-2c (cpu, threads 2, float32)" in readme
+    assert _pick(result["tables"]["headline"], model="reverse_bahdanau")["torch ms"] == 2.5  # compile's 5 ms halved
 
 
 def test_the_listings_own_floor_leaves_only_the_work_above_it_to_the_flop_ceiling():
@@ -415,8 +435,13 @@ def test_a_ratio_outside_the_band_comes_with_where_the_time_goes(tmp_path, input
             inputs["results_dir"] / CPU["machine"] / f"{stack}-floor.json",
             {"schema": 1, "environment": environment, "rows": rows},
         )
+    tf_file = inputs["results_dir"] / CPU["machine"] / "tf.json"  # TensorFlow's products at 60 GFLOP/s, torch's 100
+    data = json.loads(tf_file.read_text())
+    data["environment"]["matmul_gflops"] = 60.0
+    _write_json(tf_file, data)
     result, readme = _report(tmp_path, inputs)
     overhead = _pick(result["tables"]["speed_overhead"], model="reverse_bahdanau")
+    assert (overhead["GEMM GFLOP/s torch"], overhead["GEMM GFLOP/s TF"]) == (100.0, 60.0)  # each best step's process
     assert (overhead["torch ms"], overhead["TF ms"], overhead["floor torch ms"], overhead["floor TF ms"]) == (5, 8, 1, 7)
     assert overhead["slower floor / faster step"] == pytest.approx(1.4)
     assert overhead["floors' share of the gap"] == pytest.approx(2.0)  # (7 - 1) / (8 - 5): the gap is all fixed cost

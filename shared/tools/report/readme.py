@@ -265,7 +265,9 @@ def _outside_band(table, tables: Tables, task: str) -> list[str]:
         "gap is the framework's fixed cost per step; near 0: it is in the work). ops: the framework ops one eager step "
         "dispatches at the document's sizes (forward, backward, clipping, Adam: torch's aten operators, TensorFlow's "
         "eager ops, counted on TensorFlow; a compiled mode fuses them); µs/op: the eager floor's time over its "
-        "ops, what the framework costs per op.",
+        "ops, what the framework costs per op. GEMM GFLOP/s: a 1024x1024 float32 product in the process of each "
+        "stack's best step (Keras's backend's own): where the gap is in the work, how fast each framework multiplies "
+        "on this machine.",
         "",
         *tables.markdown("speed_overhead"),
     ]

@@ -88,6 +88,8 @@ KINDS = {
     "ops TF": "int",
     "µs/op torch": "sig3",
     "µs/op TF": "sig3",
+    "GEMM GFLOP/s torch": "int",
+    "GEMM GFLOP/s TF": "int",
     "ours/as-written torch": "ratio",
     "ours/as-written TF": "ratio",
     "FLOP ceiling": "ratio",

@@ -75,20 +75,29 @@ def build_tables(inputs: Inputs) -> tuple[Tables, dict | None]:
 
 
 def pick_context(rows) -> dict | None:
-    """The setting with the most weight among `rows` that succeeded: CPU first, the most threads,
-    float32, the most rows, then by machine name."""
+    """The setting with the most weight among `rows` that succeeded: CPU first, the most threads, float32, the most
+    models timed, the newest run (a later machine's one run of every model outranks an older machine's runs of as
+    many models, which may hold more rows from several profiles), then by machine name."""
     ok = rows[rows["status"] == "ok"]
     if ok.empty:
         return None
-    counts = ok.groupby(list(CONTEXT)).size()
-    best = min(counts.items(), key=lambda item: _context_preference(dict(zip(CONTEXT, item[0], strict=True)), item[1]))
-    return dict(zip(CONTEXT, best[0], strict=True))
+    groups = ok.groupby(list(CONTEXT))
+    weights = {key: (group["model"].nunique(), max(group["created"], default="") if "created" in group else "")
+               for key, group in groups}  # fmt: skip
+    best = min(weights, key=lambda key: _context_preference(dict(zip(CONTEXT, key, strict=True)), *weights[key]))
+    return dict(zip(CONTEXT, best, strict=True))
 
 
-def _context_preference(context: dict, rows: int) -> tuple:
-    """Sort key of a setting with `rows` successful rows: the preferred one first."""
+def _context_preference(context: dict, models: int, newest: str) -> tuple:
+    """Sort key of a setting whose successful rows time `models` models, the newest recorded at `newest`: the
+    preferred one first."""
     device, threads, dtype = (context[name] for name in ("device", "threads", "dtype"))
-    return device != "cpu", -threads, dtype != "float32", -rows, context["machine"]
+    return device != "cpu", -threads, dtype != "float32", -models, _descending(newest), context["machine"]
+
+
+def _descending(text: str) -> tuple[int, ...]:
+    """A sort key that orders `text` from the largest to the smallest (an ISO time: the newest first)."""
+    return tuple(-ord(char) for char in text) + (0,)
 
 
 def select(frame, **values):
@@ -527,8 +536,10 @@ def overhead_table(table, rows):
     """Where the time goes in each train-step setting of ours outside RATIO_BAND: each stack's best step, its floor
     (`floor_rows`: what the step costs with almost no arithmetic), the slower stack's floor over the faster's step
     (beyond RATIO_BAND: no kernel work closes the gap at these sizes), the floors' difference over the steps' (1 or
-    more: the whole gap is fixed cost per step; near 0: it is the work), the ops an eager step dispatches, and what
-    one op costs at the eager floor (µs). None where no outside-band setting has floors in both stacks."""
+    more: the whole gap is fixed cost per step; near 0: it is the work), the ops an eager step dispatches, what
+    one op costs at the eager floor (µs), and the GEMM pace of each stack's best step's process (GFLOP/s of a 1024x1024
+    float32 product: where the gap is in the work, how fast each framework's own products run on this machine). None
+    where no outside-band setting has floors in both stacks."""
     import pandas as pd
 
     records = []
@@ -541,7 +552,7 @@ def overhead_table(table, rows):
         steps = select(table, status="ok", impl="ours", **setting_of).groupby("stack")["median ms"].min()
         slower, faster = ("torch", "tf") if row["torch/TF"] > 1 else ("tf", "torch")
         floors = floor.groupby("stack")["median_ms"].min()
-        record = {"model": row["model"], "threads": row["threads"], "torch/TF": row["torch/TF"]}
+        record = {"model": row["model"], "machine": row["machine"], "threads": row["threads"], "torch/TF": row["torch/TF"]}
         record |= {f"{LABELS[stack]} ms": steps[stack] for stack in STACKS}
         record |= {f"floor {LABELS[stack]} ms": floors[stack] for stack in STACKS}
         record["slower floor / faster step"] = floors[slower] / steps[faster]
@@ -550,6 +561,9 @@ def overhead_table(table, rows):
             eager = floor[(floor["stack"] == stack) & (floor["mode"] == "eager")]
             record[f"ops {LABELS[stack]}"] = document[document["stack"] == stack]["ops"].max()
             record[f"µs/op {LABELS[stack]}"] = 1000 * (eager["median_ms"] / eager["ops"]).min() if len(eager) else np.nan
+        for stack in STACKS:
+            ran = document[document["stack"] == stack]
+            record[f"GEMM GFLOP/s {LABELS[stack]}"] = ran.loc[ran["median_ms"].idxmin(), "matmul_gflops"] if len(ran) else np.nan
         records.append(record)
     return pd.DataFrame(records) if records else None
 
