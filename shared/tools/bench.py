@@ -126,8 +126,8 @@ PROFILES = {
         compiled_threads=(2,),
         sweep_models=("reverse_bahdanau", "reverse_luong_general", "luong_general"),
     ),
-    # what the report's headline reads, every model in one sitting: hours on 2 cores (on the 2026-11-27 host, torch eager
-    # alone took 10 minutes for bahdanau_bigru: ours 3.8 s a step, as written 7.9 s, their floors 0.44 and 1.6 s)
+    # what the report's headline reads, every model in one sitting: hours on 2 cores (the Intel host of 2026-11-27: torch
+    # 48 minutes, Keras on TensorFlow 27, on JAX 13; the AMD host before it took 79 minutes for torch alone)
     "headline": Profile(
         name="headline",
         models=tuple(catalogue.built()),

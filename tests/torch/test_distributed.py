@@ -46,8 +46,11 @@ def _one_process(dtype: str) -> dict:
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_two_ranks_follow_the_one_process_curve_to_its_weights(tmp_path, dtype):
-    """float64: curve, gradient norms and every weight to 1e-12 (relative to each array's largest entry, at least 1);
-    float32: the equality policy of two stacks (shared.verify.training.assert_trained_alike)."""
+    """float64: curve and gradient norms to 1e-12, every weight to 1e-10 (relative to each array's largest entry, at
+    least 1): the ranks' gradients are summed in another order, and Adam divides each weight's step by the root of its
+    second moment, which magnifies a rounding difference where a weight's gradient is small (1.6e-12 on
+    `decoder.attention.w.bias` after 50 steps on an Intel Xeon host, under 1e-12 on an AMD EPYC one); float32: the
+    equality policy of two stacks (shared.verify.training.assert_trained_alike)."""
     alone, ranks = _one_process(dtype), _two_ranks(tmp_path, dtype)
     assert int(ranks["ranks"]) == 2
     batch = fixtures.make_batch(catalogue.get(NAME))
@@ -58,7 +61,8 @@ def test_two_ranks_follow_the_one_process_curve_to_its_weights(tmp_path, dtype):
         return
     for key in alone:
         error = np.abs(ranks[key] - alone[key]).max()
-        assert error <= 1e-12 * max(1.0, np.abs(alone[key]).max()), (key, error)
+        bound = 1e-10 if key.startswith("weights/") else 1e-12
+        assert error <= bound * max(1.0, np.abs(alone[key]).max()), (key, error)
 
 
 def _as_run(saved: dict) -> dict:
