@@ -242,17 +242,17 @@ def test_the_headline_takes_the_machine_that_timed_the_most_models_and_the_newes
     """A newer CPU machine with one run of both models (fewer rows: no sweeps, no greedy) outranks the older one's
     rows; with one model only it does not (the negative control: a newer run of part of the catalogue)."""
     newer = {**CPU, "machine": "cpu-newer-2c", "created": "2026-11-27T16:00:00Z"}
-    for stack in ("torch", "tf"):
-        rows = [_row(*key, median / 2) for key, median in MEDIANS.items() if key[1] == stack and key[0] == "reverse_bahdanau"]
-        _write_json(inputs["results_dir"] / newer["machine"] / f"{stack}.json",
-                    {"schema": 1, "environment": {**newer, "stack": stack}, "rows": rows})  # fmt: skip
+
+    def write_newer(models):  # each stack's train steps of `models`, twice as fast as the older machine's
+        for stack in ("torch", "tf"):
+            rows = [_row(*key, median / 2) for key, median in MEDIANS.items() if key[1] == stack and key[0] in models]
+            _write_json(inputs["results_dir"] / newer["machine"] / f"{stack}.json",
+                        {"schema": 1, "environment": {**newer, "stack": stack}, "rows": rows})  # fmt: skip
+
+    write_newer({"reverse_bahdanau"})
     _, readme = _report(tmp_path, inputs, "part")
     assert "on cpu-test-2c (cpu, threads 2, float32)" in readme  # one model of two: the older machine's headline
-    for stack in ("torch", "tf"):
-        path = inputs["results_dir"] / newer["machine"] / f"{stack}.json"
-        data = json.loads(path.read_text())
-        data["rows"] += [_row(*key, median / 2) for key, median in MEDIANS.items() if key[1] == stack and key[0] == "luong_dot"]
-        _write_json(path, data)
+    write_newer({"reverse_bahdanau", "luong_dot"})
     result, readme = _report(tmp_path, inputs, "whole")
     assert "on cpu-newer-2c (cpu, threads 2, float32)" in readme
     assert _pick(result["tables"]["headline"], model="reverse_bahdanau")["torch ms"] == 2.5  # compile's 5 ms halved

@@ -82,22 +82,19 @@ def pick_context(rows) -> dict | None:
     if ok.empty:
         return None
     groups = ok.groupby(list(CONTEXT))
-    weights = {key: (group["model"].nunique(), max(group["created"], default="") if "created" in group else "")
-               for key, group in groups}  # fmt: skip
-    best = min(weights, key=lambda key: _context_preference(dict(zip(CONTEXT, key, strict=True)), *weights[key]))
+    models = {key: group["model"].nunique() for key, group in groups}
+    newest = {key: group["created"].max() if "created" in group else "" for key, group in groups}  # ISO times
+    recency = sorted(set(newest.values()), reverse=True)  # 0: the newest run
+    best = min(models, key=lambda key: _context_preference(dict(zip(CONTEXT, key, strict=True)), models[key],
+                                                            recency.index(newest[key])))  # fmt: skip
     return dict(zip(CONTEXT, best, strict=True))
 
 
-def _context_preference(context: dict, models: int, newest: str) -> tuple:
-    """Sort key of a setting whose successful rows time `models` models, the newest recorded at `newest`: the
-    preferred one first."""
+def _context_preference(context: dict, models: int, recency: int) -> tuple:
+    """Sort key of a setting whose successful rows time `models` models, its newest run `recency`-th of all settings'
+    (0: the newest): the preferred one first."""
     device, threads, dtype = (context[name] for name in ("device", "threads", "dtype"))
-    return device != "cpu", -threads, dtype != "float32", -models, _descending(newest), context["machine"]
-
-
-def _descending(text: str) -> tuple[int, ...]:
-    """A sort key that orders `text` from the largest to the smallest (an ISO time: the newest first)."""
-    return tuple(-ord(char) for char in text) + (0,)
+    return device != "cpu", -threads, dtype != "float32", -models, recency, context["machine"]
 
 
 def select(frame, **values):
@@ -558,11 +555,9 @@ def overhead_table(table, rows):
         record["slower floor / faster step"] = floors[slower] / steps[faster]
         record["floors' share of the gap"] = (floors[slower] - floors[faster]) / (steps[slower] - steps[faster])
         for stack in STACKS:
-            eager = floor[(floor["stack"] == stack) & (floor["mode"] == "eager")]
-            record[f"ops {LABELS[stack]}"] = document[document["stack"] == stack]["ops"].max()
+            eager, ran = floor[(floor["stack"] == stack) & (floor["mode"] == "eager")], document[document["stack"] == stack]
+            record[f"ops {LABELS[stack]}"] = ran["ops"].max()
             record[f"µs/op {LABELS[stack]}"] = 1000 * (eager["median_ms"] / eager["ops"]).min() if len(eager) else np.nan
-        for stack in STACKS:
-            ran = document[document["stack"] == stack]
             record[f"GEMM GFLOP/s {LABELS[stack]}"] = ran.loc[ran["median_ms"].idxmin(), "matmul_gflops"] if len(ran) else np.nan
         records.append(record)
     return pd.DataFrame(records) if records else None
