@@ -26,10 +26,11 @@ def backend() -> str:
 
 
 def configure(threads: int) -> str:
-    """Fix the thread pools (intra-op `threads`, inter-op 1); on a GPU turn TF32 off. The device: cpu or gpu.
+    """Fix the thread pools (intra-op and inter-op `threads` each); on a GPU turn TF32 off. The device: cpu or gpu.
 
     Once TensorFlow has run an op its pools are fixed, and JAX's when it starts: the bench process sets
-    TF_NUM_INTRAOP_THREADS and XLA_FLAGS before importing them, and `thread_settings` records what holds.
+    TF_NUM_INTRAOP_THREADS, TF_NUM_INTEROP_THREADS and XLA_FLAGS before importing them, and `thread_settings` records
+    what holds.
     """
     backends.set_threads(threads)
     if backends.gpu_name() is None:

@@ -179,14 +179,15 @@ def peak_rss_mb() -> float | None:
 
 
 def thread_environment(threads: int) -> dict[str, str]:
-    """Variables that fix a framework's thread pools before it is imported (XLA_FLAGS: JAX's CPU client)."""
+    """Variables that fix a framework's thread pools before it is imported (XLA_FLAGS: JAX's CPU client; TensorFlow's
+    two pools of `threads` each, as tf_impl/keras_compat/backends.set_threads)."""
     count = str(threads)
     xla = f"--xla_cpu_multi_thread_eigen={str(threads > 1).lower()} intra_op_parallelism_threads={count}"
     return {
         "OMP_NUM_THREADS": count,
         "MKL_NUM_THREADS": count,
         "TF_NUM_INTRAOP_THREADS": count,
-        "TF_NUM_INTEROP_THREADS": "1",
+        "TF_NUM_INTEROP_THREADS": count,
         "XLA_FLAGS": " ".join(filter(None, [os.environ.get("XLA_FLAGS", ""), xla])),
     }
 

@@ -175,14 +175,19 @@ def version() -> dict[str, str]:
 
 def set_threads(threads: int) -> None:
     """Fix the backend's CPU thread pools where they can still change (TensorFlow's before its first op,
-    torch's any time); JAX's are fixed when it starts (XLA_FLAGS, shared.tools.bench.thread_environment)."""
+    torch's any time); JAX's are fixed when it starts (XLA_FLAGS, shared.tools.bench.thread_environment).
+
+    TensorFlow gets `threads` in both of its pools, as it configures itself on a machine of that many cores: a
+    tf.function's independent ops then run side by side. An inter-op pool of 1 (every op in turn, each split over
+    the intra-op pool) ran the reverse task's small steps far slower on 2 cores: `reverse_bahdanau` 21.7 ms a
+    step against 15.2 (docs/report-and-bench.md)."""
     backend = name()
     if backend == "tensorflow":
         import tensorflow as tf
 
         try:
             tf.config.threading.set_intra_op_parallelism_threads(threads)
-            tf.config.threading.set_inter_op_parallelism_threads(1)
+            tf.config.threading.set_inter_op_parallelism_threads(threads)
         except RuntimeError:  # already initialised (a test process): keep and record the pools as they are
             pass
     elif backend == "torch":
