@@ -150,6 +150,53 @@ def count_ops(name: str, impl: str, arrays: dict) -> int | None:
     return count[0]
 
 
+def op_profile(call, mode: str) -> dict | None:
+    """TensorFlow's profiler over machine.PROFILED_CALLS calls of a tf.function case: the self time of the matrix
+    products (`MatMul`, `BatchMatMul`, `Einsum` and oneDNN's forms of them) and of every other op, in ms a call
+    (`machine.op_split`). None in the other modes (its statistics give eager ops no time, and XLA one compiled cluster)
+    and on the other Keras backends."""
+    if mode != "function" or backend() != "tensorflow":
+        return None
+    import tempfile
+
+    import tensorflow as tf
+
+    with tempfile.TemporaryDirectory() as folder:
+        tf.profiler.experimental.start(folder)
+        try:
+            for _ in range(machine.PROFILED_CALLS):
+                call()
+        finally:
+            tf.profiler.experimental.stop()
+        self_us = _framework_op_self_us(folder)
+    is_product = lambda op: "MatMul" in op or "Einsum" in op  # noqa: E731
+    return None if self_us is None else machine.op_split(self_us, is_product, machine.PROFILED_CALLS)
+
+
+def _framework_op_self_us(folder: str) -> dict[str, float] | None:
+    """Self time (us) per op type of the trace under `folder`, from TensorFlow's own conversion of it (the profiler
+    plugin's framework op statistics; None where this TensorFlow lacks it). The idle time is left out."""
+    import json
+    from pathlib import Path
+
+    try:
+        from tensorflow.python.profiler.internal import _pywrap_profiler_plugin as plugin
+    except ImportError:
+        return None
+    traces = [str(path) for path in Path(folder).rglob("*.xplane.pb")]
+    data, ok = plugin.xspace_to_tools_data(traces, "framework_op_stats", {})
+    if not (traces and ok):
+        return None
+    table = json.loads(data)[0]
+    columns = [column["id"] for column in table["cols"]]
+    self_us: dict[str, float] = {}
+    for row in table["rows"]:
+        cells = dict(zip(columns, (cell.get("v") for cell in row["c"]), strict=True))
+        if cells["type"] != "IDLE":
+            self_us[cells["type"]] = self_us.get(cells["type"], 0.0) + cells["total_self_time"]
+    return self_us
+
+
 def compiled_cost(name: str, task: str, impl: str, mode: str, arrays: dict) -> dict | None:
     """XLA's cost model of a train step's compiled forward and backward (`backends.compiled_cost`: GFLOP after XLA's
     rewrites, MB read and written) where Keras on JAX runs it jitted; None for other cases and backends. Costed with

@@ -127,7 +127,7 @@ PROFILES = {
         sweep_models=("reverse_bahdanau", "reverse_luong_general", "luong_general"),
     ),
     # what the report's headline reads, every model in one sitting: hours on 2 cores (the Intel host of 2026-11-27: torch
-    # 48 minutes, Keras on TensorFlow 24 (27 with one inter-op thread), on JAX 13; the AMD host before it took 79 minutes for
+    # 48 minutes, Keras on TensorFlow 26 (27 with one inter-op thread), on JAX 13; the AMD host before it took 79 minutes for
     # torch alone)
     "headline": Profile(
         name="headline",
@@ -426,7 +426,19 @@ def _warm_case(bench, case: Case, profile: Profile, device: str) -> tuple:
     call, execution_path = bench.make_call(case.model, case.task, case.impl, case.mode, arrays, case.sizes.tgt_len, device)
     warm = warm_up(call, profile.warmup)
     measured = {"peak_mem_mb": bench.peak_memory_mb(device), "gflop": _gflop(bench, case, arrays), "path": execution_path()}
-    return call, warm, {**measured, "ops": _ops(bench, case, arrays), **_compiled_cost(bench, case, arrays)}
+    return (
+        call,
+        warm,
+        {**measured, "ops": _ops(bench, case, arrays), **_compiled_cost(bench, case, arrays), **_op_times(bench, case, call)},
+    )
+
+
+def _op_times(bench, case: Case, call) -> dict:
+    """Where a train step's time goes at the document's sizes, by the stack's profiler (`op_profile`: `product_ms`,
+    `other_ms` a call: torch eager, tf.function); {} for other cases."""
+    if case.task != "train_step" or case.sweep != "document":
+        return {}
+    return bench.op_profile(call, case.mode) or {}
 
 
 def _compiled_cost(bench, case: Case, arrays: dict) -> dict:

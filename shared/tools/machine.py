@@ -125,6 +125,17 @@ def matmul_rate(product, n: int, repeats: int = 10) -> float:
     return 2 * n**3 / statistics.median(once() for _ in range(repeats)) / 1e9
 
 
+PROFILED_CALLS = 3  # the calls a case's op profile covers (`op_split`): its times are their mean
+
+
+def op_split(self_us: dict[str, float], is_product, calls: int) -> dict[str, float]:
+    """A profiler's self time per op type (`self_us`, microseconds over `calls` calls) split into the matrix products
+    (`is_product(op type)`: the work the FLOP ceiling counts) and every other op, in ms a call: `product_ms`,
+    `other_ms`. Where ours hoists products out of a loop, the first falls; the second says what its other ops cost."""
+    product = sum(us for op, us in self_us.items() if is_product(op))
+    return {"product_ms": product / calls / 1e3, "other_ms": (sum(self_us.values()) - product) / calls / 1e3}
+
+
 def cpu_model(cpuinfo: str | None = None) -> str:
     """The CPU's model name (from /proc/cpuinfo on Linux, or the text `cpuinfo`), else platform's description. A name
     without a part number (a virtual machine's "AMD EPYC") gets the CPU's family and model numbers: two hosts sold

@@ -272,6 +272,20 @@ def test_the_listings_own_floor_leaves_only_the_work_above_it_to_the_flop_ceilin
     assert row["within spread"] == pytest.approx(10.8 / (3.3 + (10.8 - 3.6) / 2))  # q25 of both as-written rows, q75 of ours's
 
 
+def test_a_mode_below_target_shows_where_each_sides_profiled_step_went():
+    """The profiler's split of a step (products, every other op; ms a step) as written / ours beside the ceilings: ours
+    saved 0.9 ms of products and gave 0.4 back in other ops. Where only ours was profiled (negative control: the listing
+    ran in an older run), no split is printed rather than one side's."""
+    rows = _compiled_rows("reverse_bahdanau", 12.0, 3.0, 2.0)
+    rows[0].update(product_ms=0.6, other_ms=1.4)  # ours
+    rows[1].update(product_ms=1.5, other_ms=1.0)  # as written
+    row = _pick(_below_target(rows), model="reverse_bahdanau")
+    assert (row["products ms"], row["other ops ms"]) == ("1.5 / 0.6", "1 / 1.4")
+    rows[1].update(product_ms=None, other_ms=None)
+    row = _pick(_below_target(rows), model="reverse_bahdanau")
+    assert (row["products ms"], row["other ops ms"]) == ("-", "-")
+
+
 def _below_target(rows):
     """tables.below_target_table over `rows` (dicts of _row) in their own setting."""
     import pandas as pd

@@ -39,6 +39,9 @@ def test_a_smoke_bench_writes_one_result_file_with_every_case(stack, tmp_path):
     paces = [pace for row in rows for pace in row["pace_gflops"].values()]  # torch's small product before and after each
     probed = name == "torch" and environment["device"] == "cpu"  # Keras's dispatch swamps it: no pace (tf_impl.bench)
     assert all(pace > 0 for pace in paces) if probed else set(paces) == {None}
+    profiled = [row for row in rows if row["task"] == "train_step" and row["mode"] == {"torch": "eager", "tf": "function"}[name]]
+    assert all(row["product_ms"] > 0 and row["other_ms"] > 0 for row in profiled) == (backend in ("tensorflow", "torch"))
+    assert not any("product_ms" in row for row in rows if row not in profiled)  # compiled modes, greedy decoding
     assert not list(tmp_path.rglob("*.tmp*"))
 
 
@@ -53,3 +56,27 @@ def test_the_op_count_is_every_op_of_a_train_step(stack):
     name = "reverse_bahdanau"
     counts = [stack_bench.count_ops(name, "ours", synthetic_batch(name, Sizes(2, steps, steps))) for steps in (2, 3, 4)]
     assert counts[0] > 100 and counts[2] - counts[1] == counts[1] - counts[0] > 0, counts
+
+
+def test_the_op_profile_sees_the_products_the_listing_repeats(stack):
+    """reverse_bahdanau's listing projects the encoder's outputs at every decoder step, ours once: the profiler's
+    product time of the listing's step (torch eager, a tf.function) is above ours's, while both steps spend time in
+    other ops. A compiled mode gets no profile (its kernels fuse the ops)."""
+    from shared import stacks
+    from shared.specs import Sizes
+    from shared.verify.fixtures import synthetic_batch
+
+    stack_bench = stacks.import_module("torch" if stack.__name__ == "torch_impl" else "tf", "bench")
+    name, arrays = "reverse_bahdanau", synthetic_batch("reverse_bahdanau", Sizes(16, 8, 8))
+    split = {}
+    mode = "eager" if stack.__name__ == "torch_impl" else "function"
+    for impl in ("ours", "as_written"):
+        call = stack_bench.make_call(name, "train_step", impl, mode, arrays, 8)[0]
+        call()  # Adam's state, the trace
+        split[impl] = stack_bench.op_profile(call, mode)
+    if split["ours"] is None:  # Keras on JAX or torch: no profile
+        assert split["as_written"] is None and stack_bench.backend() not in ("tensorflow", "torch")
+        return
+    assert split["as_written"]["product_ms"] > 1.2 * split["ours"]["product_ms"] > 0, split
+    assert min(split["ours"]["other_ms"], split["as_written"]["other_ms"]) > 0
+    assert stack_bench.op_profile(call, "xla" if stack_bench.backend() == "tensorflow" else "compile") is None

@@ -236,7 +236,11 @@ def _below_target(tables: Tables) -> list[str]:
         f"target where every ceiling allows {SPEEDUP_TARGET}x; bounded where the ceiling after the floor does not (no "
         "floor measured: the FLOP ceiling), bounded within the spread where only its medians do, bounded by the "
         f"sibling where the sibling ceiling does not; {SPEEDUP_TARGET}x within the spread where the ratio's q75 "
-        f"reaches {SPEEDUP_TARGET}x (the repeats cannot tell it from the target, whatever the ceilings).",
+        f"reaches {SPEEDUP_TARGET}x (the repeats cannot tell it from the target, whatever the ceilings). products ms, "
+        "other ops ms: the step as the stack's profiler saw it, as written / ours, in ms a step of self time (torch's "
+        "profiler, torch eager; TensorFlow's, tf.function; - in the other modes and runs before "
+        "2026-11-27): the matrix products, which the FLOP ceiling counts, and every other op. Where ours's other ops "
+        "take longer than the listing's, its layout gave back what the products saved.",
         "",
         *tables.markdown("speedup_below_target"),
     ]

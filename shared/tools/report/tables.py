@@ -269,8 +269,21 @@ def _below_target_records(steps) -> list[dict]:
                             "floor sizes": _sizes_label(ours_floors), "floor ms": floor["median_ms"],
                             "as-written floor ms": as_written_floor["median_ms"], "ceiling after floor": after,
                             "within spread": after_low, "sibling ceiling": sibling_ceiling,
-                            "verdict": _verdict(after, after_low, sibling_ceiling, spec.less_work, paired["q75"])})  # fmt: skip
+                            "verdict": _verdict(after, after_low, sibling_ceiling, spec.less_work, paired["q75"]),
+                            **_profiled_split(group)})  # fmt: skip
     return records
+
+
+def _profiled_split(rows) -> dict:
+    """A mode's profiled step (`product_ms`, `other_ms`: the stack's profiler, torch eager and tf.function) as the
+    table prints it, "as written / ours" ms a step for the products and for every other op; "-" where a side was not
+    profiled (the other modes, runs before 2026-11-27)."""
+    columns = ["product_ms", "other_ms"]
+    times = rows.reindex(columns=["impl", *columns]).dropna().groupby("impl")[columns].last()
+    if set(times.index) != {"ours", "as_written"}:
+        return {"products ms": "-", "other ops ms": "-"}
+    return {f"{label} ms": f"{times.loc['as_written', column]:.3g} / {times.loc['ours', column]:.3g}"
+            for label, column in (("products", "product_ms"), ("other ops", "other_ms"))}  # fmt: skip
 
 
 def _compiled_ratios(rows) -> dict:
