@@ -40,7 +40,8 @@ def test_a_smoke_bench_writes_one_result_file_with_every_case(stack, tmp_path):
     probed = name == "torch" and environment["device"] == "cpu"  # Keras's dispatch swamps it: no pace (tf_impl.bench)
     assert all(pace > 0 for pace in paces) if probed else set(paces) == {None}
     profiled = [row for row in rows if row["task"] == "train_step" and row["mode"] == {"torch": "eager", "tf": "function"}[name]]
-    assert all(row["product_ms"] > 0 and row["other_ms"] > 0 for row in profiled) == (backend in ("tensorflow", "torch"))
+    assert bool(profiled) == (name == "torch" or backend == "tensorflow")  # Keras on JAX or torch: no profiler split
+    assert all(row["product_ms"] > 0 and row["other_ms"] > 0 for row in profiled)
     assert not any("product_ms" in row for row in rows if row not in profiled)  # compiled modes, greedy decoding
     assert not list(tmp_path.rglob("*.tmp*"))
 
