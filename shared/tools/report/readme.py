@@ -239,7 +239,8 @@ def _below_target(tables: Tables) -> list[str]:
         f"reaches {SPEEDUP_TARGET}x (the repeats cannot tell it from the target, whatever the ceilings). products ms, "
         "other ops ms: the step as the stack's profiler saw it, as written / ours, in ms a step of self time (torch's "
         "profiler, torch eager; TensorFlow's, tf.function; - in the other modes and runs before "
-        "2026-11-27): the matrix products, which the FLOP ceiling counts, and every other op. Where ours's other ops "
+        "2026-11-27; summed over the threads that ran them, so a tf.function's ops that ran side by side add up to more "
+        "than the step): the matrix products, which the FLOP ceiling counts, and every other op. Where ours's other ops "
         "take longer than the listing's, its layout gave back what the products saved.",
         "",
         *tables.markdown("speedup_below_target"),
