@@ -198,8 +198,9 @@ def _framework_op_self_us(folder: str) -> dict[str, float] | None:
 
 
 def compiled_cost(name: str, task: str, impl: str, mode: str, arrays: dict) -> dict | None:
-    """XLA's cost model of a train step's compiled forward and backward (`backends.compiled_cost`: GFLOP after XLA's
-    rewrites, MB read and written) where Keras on JAX runs it jitted; None for other cases and backends. Costed with
+    """What XLA made of a train step's compiled forward and backward (`backends.compiled_cost`) in mode xla: on JAX its
+    cost model (GFLOP after XLA's rewrites, MB read and written), on TensorFlow the GFLOP of its optimized program's
+    products; None for other cases and on Keras's torch backend. Costed with
     every recurrent layer unrolled: XLA's cost model counts a loop's body once, whatever its trip count (a 10-step
     scan costs what one step does), while unrolled every step is counted, and merged where XLA merges it."""
     if task != "train_step" or mode != "xla":

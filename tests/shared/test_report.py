@@ -329,6 +329,27 @@ def test_where_the_compiler_reports_its_own_cost_the_compiled_flops_set_the_mode
     assert (counted["ceiling after floor"], counted["verdict"]) == (pytest.approx(12 / 7), "target")
 
 
+def test_tensorflows_xla_counts_the_products_of_its_own_compiled_program():
+    """TensorFlow's XLA step: its optimized program's products (`compiled_product_gflop`) set the FLOP ceiling where
+    torch's count of the listing's would not see what XLA merged: 1.4x, not 2x, so 12 / (2 + 10 / 1.4) = 1.31x,
+    bounded, and the table says whose count it is. Without them (negative control) torch's 2x makes it a target."""
+    sizes, floor = (32, 10, 11), (1, 10, 11)
+    costs = {"ours": {"compiled_product_gflop": 1.0}, "as_written": {"compiled_product_gflop": 1.4}}
+    steps = [_row("reverse_bahdanau", "tf", "xla", impl, ms, sizes=sizes, gflop=gflop, **costs[impl])
+             for impl, ms, gflop in (("ours", 10.0, 1.0), ("as_written", 12.0, 2.0))]  # fmt: skip
+    floors = [_row("reverse_bahdanau", "tf", "xla", impl, 2.0, sweep="floor", sizes=floor) for impl in costs]
+    compiled = _pick(_below_target([*steps, *floors]), model="reverse_bahdanau")
+    assert (compiled["FLOP ceiling"], compiled["counted by"], compiled["verdict"]) == (
+        pytest.approx(1.4),
+        "XLA, compiled products",
+        "bounded",
+    )
+    assert math.isnan(compiled["bytes ratio"])  # TensorFlow's XLA reports no bytes
+    uncosted = [{key: value for key, value in row.items() if not key.startswith("compiled")} for row in steps]
+    counted = _pick(_below_target([*uncosted, *floors]), model="reverse_bahdanau")
+    assert (counted["counted by"], counted["verdict"]) == ("torch, products", "target")
+
+
 def test_a_model_with_less_work_bounds_the_speed_up_of_its_sibling():
     """reverse_luong_general is reverse_luong_dot's step plus W (catalogue less_work): its 1.2x (as written 12 ms, ours
     10) has a ceiling after the floor of 12 / (1 + 11 / 2) = 1.85x, but ours of reverse_luong_dot runs in 9 ms, so no

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import math
 import os
+import re
 import sys
 from collections.abc import Callable
 
@@ -91,16 +93,53 @@ def _jax_value_and_gradients(compute_loss: Callable, variables: tuple):
 
 
 def compiled_cost(compute_loss: Callable, variables: list) -> dict | None:
-    """What XLA's cost model says of the compiled program of `compute_loss()` and its gradients (value_and_gradients'
-    jitted function, lowered and compiled at the variables' values): its GFLOP (every op's, not only the products,
-    after XLA's own rewrites: a product computed twice is computed once) and the MB its ops read and write. On JAX
-    only (None elsewhere: TensorFlow's XLA and torch's Inductor expose no cost model)."""
+    """What XLA made of the compiled program of `compute_loss()` and its gradients. On JAX, its cost model of
+    value_and_gradients' jitted function (lowered and compiled at the variables' values): the GFLOP of every op, not
+    only the products, after XLA's own rewrites (a product computed twice is computed once), and the MB its ops read
+    and write. On TensorFlow, which exposes no cost model: the GFLOP of the products (`dot`s) of its optimized program
+    (`compiled_products`), merged as XLA merged them. None on torch (Inductor exposes neither)."""
+    if name() == "tensorflow":
+        return {"compiled_product_gflop": _tensorflow_compiled_products(compute_loss, variables)}
     if name() != "jax":
         return None
     values = [variable.value for variable in variables]
     cost = _jax_value_and_gradients(compute_loss, tuple(variables)).lower(values).compile().cost_analysis()
     cost = cost[0] if isinstance(cost, list) else cost  # older jax: one dict per device
     return {"compiled_gflop": cost["flops"] / 1e9, "compiled_mb": cost["bytes accessed"] / 1e6}
+
+
+def _tensorflow_compiled_products(compute_loss: Callable, variables: list) -> float:
+    """GFLOP of the products of `compute_loss()` and its gradients as TensorFlow's XLA compiles them (jit_compile)."""
+    import tensorflow as tf
+
+    @tf.function(jit_compile=True)
+    def loss_and_gradients():
+        with tf.GradientTape() as tape:
+            loss = compute_loss()
+        return loss, tape.gradient(loss, variables)
+
+    return compiled_products(loss_and_gradients.experimental_get_compiler_ir()(stage="optimized_hlo")) / 1e9
+
+
+_HLO_SHAPE = re.compile(r"^\s*(?:ROOT )?%?([\w.\-]+) = \w+\[([\d,]*)\]\S* (\w[\w-]*)\(([^)]*)\)(.*)$")
+
+
+def compiled_products(hlo: str) -> float:
+    """The FLOPs of every `dot` of an HLO module's text: 2 x the output's elements x the sizes of the left operand's
+    contracting dimensions (the operands' shapes read from the instructions that define them)."""
+    shapes, flops = {}, 0.0
+    for line in hlo.splitlines():
+        found = _HLO_SHAPE.match(line)
+        if not found:
+            continue
+        instruction, dims, opcode, operands, attributes = found.groups()
+        shape = [int(size) for size in dims.split(",") if size]
+        shapes[instruction] = shape
+        if opcode == "dot":
+            left = shapes[operands.split(",")[0].strip().lstrip("%")]
+            contracting = re.search(r"lhs_contracting_dims=\{([\d,]*)\}", attributes).group(1)
+            flops += 2.0 * math.prod(shape) * math.prod(left[int(axis)] for axis in contracting.split(",") if axis)
+    return flops
 
 
 def jax_inference(model, compute: Callable, key: str = "run") -> Callable:
