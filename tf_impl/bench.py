@@ -169,8 +169,12 @@ def op_profile(call, mode: str) -> dict | None:
         finally:
             tf.profiler.experimental.stop()
         self_us = _framework_op_self_us(folder)
-    is_product = lambda op: "MatMul" in op or "Einsum" in op  # noqa: E731
-    return None if self_us is None else machine.op_split(self_us, is_product, machine.PROFILED_CALLS)
+    return None if self_us is None else machine.op_split(self_us, _is_product, machine.PROFILED_CALLS)
+
+
+def _is_product(op_type: str) -> bool:
+    """Whether a TensorFlow op type is a matrix product: `MatMul`, `BatchMatMulV2`, `Einsum`, oneDNN's `_Mkl...` forms."""
+    return "MatMul" in op_type or "Einsum" in op_type
 
 
 def _framework_op_self_us(folder: str) -> dict[str, float] | None:
@@ -184,8 +188,10 @@ def _framework_op_self_us(folder: str) -> dict[str, float] | None:
     except ImportError:
         return None
     traces = [str(path) for path in Path(folder).rglob("*.xplane.pb")]
+    if not traces:
+        return None
     data, ok = plugin.xspace_to_tools_data(traces, "framework_op_stats", {})
-    if not (traces and ok):
+    if not ok:
         return None
     table = json.loads(data)[0]
     columns = [column["id"] for column in table["cols"]]

@@ -37,6 +37,7 @@ def test_xla_merges_the_products_the_listing_repeats():
     listing over ours lies below torch's count of the products (6.29x) and above 1."""
     from shared.tools.bench import document_sizes, synthetic_batch
     from tf_impl import bench
+    from tf_impl.keras_compat.backends import compiled_products
 
     arrays = synthetic_batch("additive_attention", document_sizes("additive_attention"))
     counts = {
@@ -46,6 +47,4 @@ def test_xla_merges_the_products_the_listing_repeats():
     assert 1.5 < ratio < 6.0, counts
     assert bench.compiled_cost("additive_attention", "train_step", "ours", "function", arrays) is None
     with pytest.raises(KeyError):  # a dot whose operand the text never defined: no silent zero
-        from tf_impl.keras_compat.backends import compiled_products
-
         compiled_products("ENTRY %m {\n  ROOT %d = f32[2,2]{1,0} dot(%x, %y), lhs_contracting_dims={1}\n}")

@@ -278,9 +278,8 @@ def _profiled_split(rows) -> dict:
     """A mode's profiled step (`product_ms`, `other_ms`: the stack's profiler, torch eager and tf.function) as the
     table prints it, "as written / ours" ms a step for the products and for every other op; "-" where a side was not
     profiled (the other modes, runs before 2026-11-27)."""
-    columns = ["product_ms", "other_ms"]
-    times = rows.reindex(columns=["impl", *columns]).dropna().groupby("impl")[columns].last()
-    if set(times.index) != {"ours", "as_written"}:
+    times = _newest_per_side(rows, ["product_ms", "other_ms"])
+    if times is None or times.isna().any(axis=None):
         return {"products ms": "-", "other ops ms": "-"}
     return {f"{label} ms": f"{times.loc['as_written', column]:.3g} / {times.loc['ours', column]:.3g}"
             for label, column in (("products", "product_ms"), ("other ops", "other_ms"))}  # fmt: skip
@@ -297,10 +296,17 @@ def _compiled_ratios(rows) -> dict:
     model, Keras on JAX; `compiled_product_gflop`: the products of TensorFlow's XLA program) among one mode's `rows`;
     nan each where a side was not costed."""
     columns = ["compiled_gflop", "compiled_mb", "compiled_product_gflop"]
-    costs = rows.reindex(columns=["impl", *columns]).groupby("impl")[columns].last()  # a bare table may lack them
-    if set(costs.index) != {"ours", "as_written"}:
+    costs = _newest_per_side(rows, columns)
+    if costs is None:
         return dict.fromkeys(columns, math.nan)
     return (costs.loc["as_written"] / costs.loc["ours"]).to_dict()
+
+
+def _newest_per_side(rows, columns: list[str]):
+    """The last value of each of `columns` that ours's rows and the listing's hold (nan where a side has none; a bare
+    table may lack the columns), one row per side; None where a side has no rows."""
+    values = rows.reindex(columns=["impl", *columns]).groupby("impl")[columns].last()
+    return values if set(values.index) == {"ours", "as_written"} else None
 
 
 def _counted_by(compiled: dict) -> str:
