@@ -286,6 +286,27 @@ def test_a_mode_below_target_shows_where_each_sides_profiled_step_went():
     assert (row["products ms"], row["other ops ms"]) == ("-", "-")
 
 
+def test_a_target_whose_listing_spends_half_its_step_outside_products_is_bounded_by_its_other_ops():
+    """The FLOP ceiling counts products: as written 12 ms (floor 3 ms, FLOP ceiling 2x) spends 1.5 of its 2.5 profiled
+    ms in products, so of its 9 ms above the floor only 60% falls by 2x and 40% stays where ours's other ops take
+    longer than the listing's (1.4 against 1.0 ms): 12 / (3 + 9 x (0.6 / 2 + 0.4)) = 1.29x, bounded by other ops,
+    where the ceiling after the floor (12 / (3 + 9 / 2) = 1.6x) allowed 1.5x. Where ours's other ops took half the
+    listing's, they fall too: 12 / (3 + 9 x (0.3 + 0.2)) = 1.6x. Negative control: without a profile of both sides
+    the column is nan and the verdict is the floor's alone, as before."""
+    rows = _compiled_rows("reverse_bahdanau", 12.0, 3.0, 2.0, as_written_q25=12.0, floor_q75=3.0)
+    rows[0].update(product_ms=0.6, other_ms=1.4)  # ours
+    rows[1].update(product_ms=1.5, other_ms=1.0)  # as written
+    row = _pick(_below_target(rows), model="reverse_bahdanau")
+    assert row["ceiling after floor"] == pytest.approx(1.6)
+    assert (row["ceiling with other ops"], row["verdict"]) == (pytest.approx(12 / 9.3), "bounded by other ops")
+    rows[0].update(other_ms=0.5)
+    row = _pick(_below_target(rows), model="reverse_bahdanau")
+    assert (row["ceiling with other ops"], row["verdict"]) == (pytest.approx(1.6), "target")
+    rows[1].update(product_ms=None, other_ms=None)
+    row = _pick(_below_target(rows), model="reverse_bahdanau")
+    assert math.isnan(row["ceiling with other ops"]) and row["verdict"] == "target"
+
+
 def _below_target(rows):
     """tables.below_target_table over `rows` (dicts of _row) in their own setting."""
     import pandas as pd

@@ -210,6 +210,23 @@ def ceiling_after_floor(as_written_ms: float, floor_ms: float, ceiling: float, a
     return as_written_ms / (floor_ms + (as_written_ms - as_written_floor_ms) / ceiling)
 
 
+def ceiling_with_other_ops(after_floor_args: tuple, ceiling: float, split) -> float:
+    """The ceiling after the floor once the profiled step says what the FLOP ceiling speaks of: of the time the listing
+    spends above its floor, only its products' share (as written's `product_ms` over its `product_ms + other_ms`) falls
+    by the FLOP ceiling; the rest falls as far as ours's other ops fell below the listing's (ours / as written
+    `other_ms`, at most 1: ours's elementwise work, softmax, optimizer... taking longer than the listing's counts as
+    the listing's). What hoisting can reach while ours's other ops stay as they are: below SPEEDUP_TARGET, only a step
+    with fewer or faster non-product ops could reach it. `after_floor_args`: (as written ms, floor ms, as-written floor
+    ms) as ceiling_after_floor takes them; `split`: `_profiled_times`' table; nan where a side was not profiled."""
+    if split is None:
+        return math.nan
+    listing, ours = split.loc["as_written"], split.loc["ours"]
+    share = listing["product_ms"] / (listing["product_ms"] + listing["other_ms"])
+    other_kept = min(1.0, ours["other_ms"] / listing["other_ms"])
+    as_written_ms, floor_ms, as_written_floor_ms = after_floor_args
+    return ceiling_after_floor(as_written_ms, floor_ms, 1 / (share / ceiling + (1 - share) * other_kept), as_written_floor_ms)
+
+
 def floor_rows(rows, document):
     """The floor rows of `rows` (sweep "floor") at the lengths of `document`'s rows (batch 1, the document's source and
     target lengths), or, where none were timed so, at the lengths an older run took (2 source and 2 target steps,
@@ -262,6 +279,9 @@ def _below_target_records(steps) -> list[dict]:
             # the spread's worst case: as written's q25, ours's floor at its q75, the listing's at its q25
             after_low = ceiling_after_floor(as_written["q25_ms"], floor["q75_ms"], ceiling, as_written_floor["q25_ms"])
             sibling_ceiling = as_written["median_ms"] / sibling["median_ms"]
+            split = _profiled_times(group)
+            medians = (as_written["median_ms"], floor["median_ms"], as_written_floor["median_ms"])
+            with_other_ops = ceiling_with_other_ops(medians, ceiling, split)
             records.append({"machine": group["machine"].iloc[0], "model": name, "stack": LABELS[stack], "mode": mode,
                             "ours/as-written": ratio, "ratio q25-q75": _range_text(paired["q25"], paired["q75"]),
                             "FLOP ceiling": ceiling, "counted by": _counted_by(compiled),
@@ -269,17 +289,24 @@ def _below_target_records(steps) -> list[dict]:
                             "floor sizes": _sizes_label(ours_floors), "floor ms": floor["median_ms"],
                             "as-written floor ms": as_written_floor["median_ms"], "ceiling after floor": after,
                             "within spread": after_low, "sibling ceiling": sibling_ceiling,
-                            "verdict": _verdict(after, after_low, sibling_ceiling, spec.less_work, paired["q75"]),
-                            **_profiled_split(group)})  # fmt: skip
+                            "ceiling with other ops": with_other_ops,
+                            "verdict": _verdict(after, after_low, sibling_ceiling, spec.less_work, paired["q75"],
+                                                with_other_ops),
+                            **_profiled_split(split)})  # fmt: skip
     return records
 
 
-def _profiled_split(rows) -> dict:
-    """A mode's profiled step (`product_ms`, `other_ms`: the stack's profiler, torch eager and tf.function) as the
-    table prints it, "as written / ours" ms a step for the products and for every other op; "-" where a side was not
-    profiled (the other modes, runs before 2026-11-27)."""
+def _profiled_times(rows):
+    """A mode's profiled step, each side's newest `product_ms` and `other_ms` (the stack's profiler: torch eager and
+    tf.function), one row per side; None where a side was not profiled (the other modes, runs before 2026-11-27)."""
     times = _newest_per_side(rows, ["product_ms", "other_ms"])
-    if times is None or times.isna().any(axis=None):
+    return None if times is None or times.isna().any(axis=None) else times
+
+
+def _profiled_split(times) -> dict:
+    """`_profiled_times`' table as the table prints it, "as written / ours" ms a step for the products and for every
+    other op; "-" where a side was not profiled."""
+    if times is None:
         return {"products ms": "-", "other ops ms": "-"}
     return {f"{label} ms": f"{times.loc['as_written', column]:.3g} / {times.loc['ours', column]:.3g}"
             for label, column in (("products", "product_ms"), ("other ops", "other_ms"))}  # fmt: skip
@@ -341,19 +368,24 @@ def _range_text(low: float, high: float) -> str:
     return "-" if math.isnan(low) else f"{low:.2f}-{high:.2f}x"
 
 
-def _verdict(after: float, after_low: float, sibling_ceiling: float, sibling: str | None, ratio_q75: float) -> str:
+def _verdict(
+    after: float, after_low: float, sibling_ceiling: float, sibling: str | None, ratio_q75: float, with_other_ops: float
+) -> str:
     """A mode whose ratio's round-by-round q75 (`_paired`) reaches SPEEDUP_TARGET is at it "within the spread": the
     repeats cannot tell it from the target. Below it, a mode is a target only where every ceiling allows it: "bounded" by the
     ceiling after the floor at the medians; "bounded within the spread" where it allows it at the medians but not at
     the quartiles least favourable to it (a slow as-written q25, a floor's q75: the repeats cannot tell it from
     bounded); "bounded by <sibling>" where as written over ours of the model with less work (measured in the same mode)
-    does not allow it."""
+    does not allow it; "bounded by other ops" where the ceiling with the profiled step's other ops
+    (`ceiling_with_other_ops`) does not."""
     if ratio_q75 >= SPEEDUP_TARGET:
         return f"{SPEEDUP_TARGET}x within the spread"
     if not after >= SPEEDUP_TARGET:
         return "bounded"
     if sibling_ceiling < SPEEDUP_TARGET:  # nan (no sibling, or not measured in this mode) bounds nothing
         return f"bounded by {sibling}"
+    if with_other_ops < SPEEDUP_TARGET:  # nan (not profiled) bounds nothing
+        return "bounded by other ops"
     if not after_low >= SPEEDUP_TARGET:
         return "bounded within the spread"
     return "target"
