@@ -1,5 +1,5 @@
-"""`tf_impl.models.seq2seq.run_gru` (ours for document 001's Luong models: a GRU's inputs projected in one product
-before its loop) computes what Keras's own GRU layer computes: outputs, final state and every gradient."""
+"""`tf_impl.models.seq2seq.run_gru` (ours for document 001's GRU encoders and Luong decoders: a GRU's inputs projected in
+one product before its loop) computes what Keras's own GRU layer computes: outputs, final state and every gradient."""
 
 from __future__ import annotations
 

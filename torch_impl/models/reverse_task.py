@@ -63,8 +63,8 @@ class ReverseTaskBase(nn.Module):
 
     def encode(self, enc_emb: torch.Tensor):
         """The encoder over the source embeddings `[B, S, E]` -> outputs `[B, S, H]`, final state (torch `[1, B, H]`,
-        Keras `[B, H]`). torch's nn.GRU projects every step's inputs in one product: the Keras twin's Luong models do
-        it explicitly."""
+        Keras `[B, H]`). torch's nn.GRU projects every step's inputs in one product: the Keras twin's GRU models do it
+        explicitly."""
         return self.encoder(enc_emb)
 
 
