@@ -68,3 +68,24 @@ def test_negative_control_b_hn_outside_the_reset_gate_would_be_caught():
     keras_gru = _outputs_and_gradients(lambda x: layer(x, initial_state=state), layer, inputs, state)
     naive = _outputs_and_gradients(b_hn_outside, layer, inputs, state)
     assert np.max(np.abs(naive[0] - keras_gru[0])) > 1e-3
+
+
+@pytest.mark.parametrize(
+    ("name", "ours_runs"),
+    [("reverse_bahdanau", ["encoder"]), ("reverse_luong_dot", ["encoder", "decoder"]), ("reverse_rnn", [])],
+)
+def test_document_001s_gru_models_run_their_grus_through_it_and_the_listing_through_kerass_layer(monkeypatch, name, ours_runs):
+    """Ours runs every GRU that takes a whole sequence (each Bahdanau model's encoder; a Luong model's encoder and
+    decoder) through `run_gru`; as written, none. Negative control: the vanilla RNN model, whose layers are no GRU,
+    runs none either way."""
+    from tf_impl import contract
+    from tf_impl.models import reverse_task
+
+    ran = []
+    real = reverse_task.run_gru
+    monkeypatch.setattr(reverse_task, "run_gru", lambda layer, *args: ran.append(layer.name) or real(layer, *args))
+    tokens = np.arange(12).reshape(2, 6) % 20  # [B, S] and [B, T] token ids
+    for as_written, expected in ((False, ours_runs), (True, [])):
+        ran.clear()
+        contract.build(name, "float32", as_written=as_written).decode(tokens, tokens)
+        assert ran == expected, f"{name} as_written={as_written}"
