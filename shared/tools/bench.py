@@ -127,8 +127,8 @@ PROFILES = {
         sweep_models=("reverse_bahdanau", "reverse_luong_general", "luong_general"),
     ),
     # what the report's headline reads, every model in one sitting: hours on 2 cores (the Intel host of 2026-11-27: torch
-    # 48 minutes, Keras on TensorFlow 26 (27 with one inter-op thread), on JAX 13; the AMD host before it took 79 minutes for
-    # torch alone)
+    # 16-48 minutes, Keras on TensorFlow 26-50, on JAX 13-14, as its phases went; the AMD host before it took 79 minutes
+    # for torch alone)
     "headline": Profile(
         name="headline",
         models=tuple(catalogue.built()),

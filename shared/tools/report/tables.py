@@ -210,21 +210,20 @@ def ceiling_after_floor(as_written_ms: float, floor_ms: float, ceiling: float, a
     return as_written_ms / (floor_ms + (as_written_ms - as_written_floor_ms) / ceiling)
 
 
-def ceiling_with_other_ops(after_floor_args: tuple, ceiling: float, split) -> float:
-    """The ceiling after the floor once the profiled step says what the FLOP ceiling speaks of: of the time the listing
-    spends above its floor, only its products' share (as written's `product_ms` over its `product_ms + other_ms`) falls
-    by the FLOP ceiling; the rest falls as far as ours's other ops fell below the listing's (ours / as written
-    `other_ms`, at most 1: ours's elementwise work, softmax, optimizer... taking longer than the listing's counts as
-    the listing's). What hoisting can reach while ours's other ops stay as they are: below SPEEDUP_TARGET, only a step
-    with fewer or faster non-product ops could reach it. `after_floor_args`: (as written ms, floor ms, as-written floor
-    ms) as ceiling_after_floor takes them; `split`: `_profiled_times`' table; nan where a side was not profiled."""
+def other_ops_ceiling(ceiling: float, split) -> float:
+    """The FLOP ceiling of the listing's time above its floor once the profiled step says what the FLOP ceiling speaks
+    of: only its products' share (as written's `product_ms` over its `product_ms + other_ms`) falls by `ceiling`; the
+    rest falls as far as ours's other ops fell below the listing's (ours / as written `other_ms`, at most 1: ours's
+    elementwise work, softmax, optimizer... taking longer than the listing's counts as the listing's). Passed to
+    ceiling_after_floor, what hoisting can reach while ours's other ops stay as they are: below SPEEDUP_TARGET, only a
+    step with fewer or faster non-product ops could reach it. `split`: `_profiled_times`' table; nan where a side was
+    not profiled."""
     if split is None:
         return math.nan
     listing, ours = split.loc["as_written"], split.loc["ours"]
     share = listing["product_ms"] / (listing["product_ms"] + listing["other_ms"])
     other_kept = min(1.0, ours["other_ms"] / listing["other_ms"])
-    as_written_ms, floor_ms, as_written_floor_ms = after_floor_args
-    return ceiling_after_floor(as_written_ms, floor_ms, 1 / (share / ceiling + (1 - share) * other_kept), as_written_floor_ms)
+    return 1 / (share / ceiling + (1 - share) * other_kept)
 
 
 def floor_rows(rows, document):
@@ -275,13 +274,13 @@ def _below_target_records(steps) -> list[dict]:
             ours_floors, listing_floors = (floors[floors["impl"] == impl] for impl in ("ours", "as_written"))
             floor, as_written_floor = _fastest(ours_floors), _fastest(listing_floors)
             sibling = _fastest(select(steps, model=spec.less_work, sweep="document", impl="ours", stack=stack, mode=mode))
-            after = ceiling_after_floor(as_written["median_ms"], floor["median_ms"], ceiling, as_written_floor["median_ms"])
+            split = _profiled_times(group)
+            medians = (as_written["median_ms"], floor["median_ms"])
+            after = ceiling_after_floor(*medians, ceiling, as_written_floor["median_ms"])
+            with_other_ops = ceiling_after_floor(*medians, other_ops_ceiling(ceiling, split), as_written_floor["median_ms"])
             # the spread's worst case: as written's q25, ours's floor at its q75, the listing's at its q25
             after_low = ceiling_after_floor(as_written["q25_ms"], floor["q75_ms"], ceiling, as_written_floor["q25_ms"])
             sibling_ceiling = as_written["median_ms"] / sibling["median_ms"]
-            split = _profiled_times(group)
-            medians = (as_written["median_ms"], floor["median_ms"], as_written_floor["median_ms"])
-            with_other_ops = ceiling_with_other_ops(medians, ceiling, split)
             records.append({"machine": group["machine"].iloc[0], "model": name, "stack": LABELS[stack], "mode": mode,
                             "ours/as-written": ratio, "ratio q25-q75": _range_text(paired["q25"], paired["q75"]),
                             "FLOP ceiling": ceiling, "counted by": _counted_by(compiled),
@@ -377,7 +376,7 @@ def _verdict(
     the quartiles least favourable to it (a slow as-written q25, a floor's q75: the repeats cannot tell it from
     bounded); "bounded by <sibling>" where as written over ours of the model with less work (measured in the same mode)
     does not allow it; "bounded by other ops" where the ceiling with the profiled step's other ops
-    (`ceiling_with_other_ops`) does not."""
+    (ceiling_after_floor with `other_ops_ceiling`) does not."""
     if ratio_q75 >= SPEEDUP_TARGET:
         return f"{SPEEDUP_TARGET}x within the spread"
     if not after >= SPEEDUP_TARGET:
