@@ -10,6 +10,9 @@ made of a step is costed here only: XLA's cost model of Keras on JAX's jitted tr
 
 from __future__ import annotations
 
+import os
+import re
+
 import keras
 
 from shared.tools import bench as shared_bench
@@ -33,6 +36,8 @@ def configure(threads: int) -> str:
     what holds.
     """
     backends.set_threads(threads)
+    if backend() == "jax":
+        _keep_train_step_programs()
     if backends.gpu_name() is None:
         return "cpu"
     backends.full_precision_matmuls()
@@ -151,10 +156,12 @@ def count_ops(name: str, impl: str, arrays: dict) -> int | None:
 
 
 def op_profile(call, mode: str) -> dict | None:
-    """TensorFlow's profiler over machine.PROFILED_CALLS calls of a tf.function case: the self time of the matrix
-    products (`MatMul`, `BatchMatMul`, `Einsum` and oneDNN's forms of them) and of every other op, in ms a call
-    (`machine.op_split`). None in the other modes (its statistics give eager ops no time, and XLA one compiled cluster)
-    and on the other Keras backends."""
+    """The profiler over machine.PROFILED_CALLS calls of a case: the self time of the matrix products and of every
+    other op, in ms a call (`machine.op_split`). TensorFlow's in a tf.function (products: `MatMul`, `BatchMatMul`,
+    `Einsum` and oneDNN's forms of them); JAX's in a jitted step (`_jax_op_profile`). None in the other modes (TensorFlow's
+    statistics give eager ops no time, and XLA one compiled cluster) and on Keras's torch backend."""
+    if mode == "xla" and backend() == "jax":
+        return _jax_op_profile(call)
     if mode != "function" or backend() != "tensorflow":
         return None
     import tempfile
@@ -170,6 +177,121 @@ def op_profile(call, mode: str) -> dict | None:
             tf.profiler.experimental.stop()
         self_us = _framework_op_self_us(folder)
     return None if self_us is None else machine.op_split(self_us, _is_product, machine.PROFILED_CALLS)
+
+
+TRAIN_STEP_PROGRAM = "jit_train_step"  # the XLA module of Keras's jitted train step on JAX
+_programs_folder: list[str] = []  # where XLA writes it (`_keep_train_step_programs`), once set
+
+
+def _keep_train_step_programs() -> None:
+    """Have XLA write each jitted train step's optimized program as text (XLA_FLAGS, which JAX reads when it starts its
+    CPU client, at the first op) into a temporary folder removed at exit: `_jax_op_profile` finds its products there.
+    A process whose client already runs writes none, and its cases go unprofiled."""
+    if _programs_folder:
+        return
+    import atexit
+    import shutil
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="rosetta-xla-programs-")
+    atexit.register(shutil.rmtree, folder, True)
+    _programs_folder.append(folder)
+    dump = f"--xla_dump_to={folder} --xla_dump_hlo_as_text --xla_dump_hlo_module_re={TRAIN_STEP_PROGRAM}"
+    os.environ["XLA_FLAGS"] = " ".join(filter(None, [os.environ.get("XLA_FLAGS", ""), dump]))
+
+
+def _jax_op_profile(call) -> dict | None:
+    """JAX's profiler over machine.PROFILED_CALLS calls of a jitted train step: each op's time as XLA's CPU runtime ran
+    it (its thunks' trace events), a product being a dot, or a fusion around one, in the optimized program XLA wrote
+    for the step (`_program_kinds`); the loops' own thunks left out (their bodies' ops are counted). None where the
+    program was not written."""
+    import tempfile
+
+    import jax
+
+    with tempfile.TemporaryDirectory() as folder:
+        jax.profiler.start_trace(folder)
+        try:
+            for _ in range(machine.PROFILED_CALLS):
+                call()
+        finally:
+            jax.profiler.stop_trace()
+        thunk_us = _thunk_us(folder)
+    kinds = _program_kinds(set(thunk_us))
+    if not thunk_us or kinds is None:
+        return None
+    self_us = {op: us for op, us in thunk_us.items() if kinds[op] != "control"}
+    return machine.op_split(self_us, lambda op: kinds[op] == "product", machine.PROFILED_CALLS)
+
+
+def _thunk_us(folder: str) -> dict[str, float]:
+    """Time (us) per op of the train step's program in the JAX trace under `folder` (its events name the op)."""
+    import gzip
+    import json
+    from pathlib import Path
+
+    thunk_us: dict[str, float] = {}
+    for path in Path(folder).rglob("*.trace.json.gz"):
+        with gzip.open(path) as trace:
+            events = json.load(trace)["traceEvents"]
+        for event in events:
+            args = event.get("args") or {}
+            if event.get("ph") == "X" and args.get("hlo_module") == TRAIN_STEP_PROGRAM and "hlo_op" in args:
+                thunk_us[args["hlo_op"]] = thunk_us.get(args["hlo_op"], 0.0) + float(event.get("dur", 0.0))
+    return thunk_us
+
+
+def _program_kinds(ops: set[str]) -> dict[str, str] | None:
+    """Each op of the newest train-step program XLA wrote that holds every op in `ops` (`_keep_train_step_programs`):
+    "product", "control" or "other" (`hlo_kinds`); None where no written program holds them."""
+    from pathlib import Path
+
+    if not _programs_folder:
+        return None
+    written = Path(_programs_folder[0]).glob(f"*{TRAIN_STEP_PROGRAM}*after_optimizations.txt")
+    for path in sorted(written, key=lambda path: path.stat().st_mtime, reverse=True):
+        kinds = hlo_kinds(path.read_text())
+        if ops <= kinds.keys():
+            return kinds
+    return None
+
+
+_HLO_OP = re.compile(r"^\s+(?:ROOT )?%?([\w.\-]+) = .*? ([a-z][\w\-]*)\(")
+_CALLED = re.compile(r"calls=%?([\w.\-]+)")
+CONTROL_OPCODES = {"while", "conditional", "call"}
+
+
+def hlo_kinds(program: str) -> dict[str, str]:
+    """Each instruction of an HLO `program` (XLA's text) by what it is: "product" (a dot or convolution, a fusion whose
+    computation holds one, a custom call to a matmul), "control" (a loop, conditional or call: their computations'
+    instructions are listed too) or "other"."""
+    computations: dict[str, list[tuple[str, str, str]]] = {}
+    body: list[tuple[str, str, str]] = []
+    for line in program.splitlines():
+        if line and not line[0].isspace() and line.rstrip().endswith("{"):
+            body = computations.setdefault(line.split()[1 if line.startswith("ENTRY") else 0].lstrip("%"), [])
+        elif found := _HLO_OP.match(line):
+            body.append((found[1], found[2], line))
+    has_product: dict[str, bool] = {}
+
+    def is_product(opcode: str, line: str) -> bool:
+        if opcode in ("dot", "convolution"):
+            return True
+        if opcode == "custom-call":
+            return "matmul" in line.lower()
+        called = _CALLED.search(line)
+        return opcode == "fusion" and called is not None and computation_has_product(called[1])
+
+    def computation_has_product(name: str) -> bool:
+        if name not in has_product:
+            has_product[name] = any(is_product(opcode, line) for _, opcode, line in computations.get(name, ()))
+        return has_product[name]
+
+    return {
+        name: "product" if is_product(opcode, line) else "control" if opcode in CONTROL_OPCODES else "other"
+        for instructions in computations.values()
+        for name, opcode, line in instructions
+    }
 
 
 def _is_product(op_type: str) -> bool:

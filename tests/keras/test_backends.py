@@ -260,3 +260,79 @@ def test_the_compiled_cost_counts_every_step_of_a_recurrent_loop():
     (unrolled, scanned), (unrolled_twice, scanned_twice) = costs(Sizes(4, 6, 6)), costs(Sizes(4, 12, 12))
     assert 1.8 < unrolled_twice["compiled_gflop"] / unrolled["compiled_gflop"] < 2.2
     assert scanned_twice["compiled_gflop"] / scanned["compiled_gflop"] < 1.5  # the trap: a loop counted once
+
+
+HLO = """HloModule jit_train_step, entry_computation_layout={()}
+
+%fused_computation.73 (param_0: f32[640,4935], param_1: f32[1024,4935]) -> f32[640,1024] {
+  %param_0 = f32[640,4935]{1,0} parameter(0)
+  %param_1 = f32[1024,4935]{1,0} parameter(1)
+  ROOT %dot.7 = f32[640,1024]{1,0} dot(%param_0, %param_1), lhs_contracting_dims={1}, rhs_contracting_dims={1}
+}
+
+%fused_computation.21 (param_0.1: f32[1024,4935]) -> f32[] {
+  %param_0.1 = f32[1024,4935]{1,0} parameter(0)
+  %constant.1 = f32[] constant(0)
+  ROOT %reduce.2 = f32[] reduce(%param_0.1, %constant.1), dimensions={0,1}, to_apply=%add
+}
+
+%body.1 (state: (s32[], f32[64,1024])) -> (s32[], f32[64,1024]) {
+  %state = (s32[], f32[64,1024]{1,0}) parameter(0)
+  %dot.111 = f32[64,1024]{1,0} dot(%gte.1, %gte.2), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT %tuple.4 = (s32[], f32[64,1024]{1,0}) tuple(%gte.0, %dot.111)
+}
+
+ENTRY %main.9 (a: f32[640,4935], b: f32[1024,4935]) -> f32[] {
+  %a = f32[640,4935]{1,0} parameter(0)
+  %ynn_fusion.73 = f32[640,1024]{1,0} fusion(%a, %b), kind=kCustom, calls=%fused_computation.73
+  %ynn_fusion.21 = f32[] fusion(%b), kind=kCustom, calls=%fused_computation.21
+  %while.25 = (s32[], f32[64,1024]{1,0}) while(%tuple.1), condition=%cond.1, body=%body.1
+  ROOT %wrapped_add.3 = f32[] add(%ynn_fusion.21, %ynn_fusion.21)
+}
+"""
+
+
+def test_the_jax_profile_tells_products_by_the_program_not_by_their_names():
+    """XLA's CPU runtime names an op by its fusion: `ynn_fusion.73` wraps the output layer's gradient product and
+    `ynn_fusion.21` a gradient norm's sum. `hlo_kinds` reads what each fusion computes (a dot inside: a product), a loop
+    and its body's dot apart. Negative control: telling them by name takes the sum for a product, like the dot."""
+    from tf_impl.bench import hlo_kinds
+
+    kinds = hlo_kinds(HLO)
+    assert {op: kinds[op] for op in ("ynn_fusion.73", "ynn_fusion.21", "dot.111", "while.25", "wrapped_add.3")} == {
+        "ynn_fusion.73": "product", "ynn_fusion.21": "other", "dot.111": "product", "while.25": "control",
+        "wrapped_add.3": "other",
+    }  # fmt: skip
+    by_name = {op: "product" if op.startswith(("dot", "ynn")) else "other" for op in kinds}
+    assert by_name["ynn_fusion.21"] != kinds["ynn_fusion.21"]
+
+
+PROFILE_JAX_STEPS = """
+import json
+from shared.specs import Sizes
+from shared.verify.fixtures import synthetic_batch
+from tf_impl import bench
+
+bench.configure(1)  # before JAX starts: XLA writes each train step's program (tf_impl.bench._keep_train_step_programs)
+arrays = synthetic_batch("reverse_bahdanau", Sizes(16, 8, 8))
+split = {}
+for impl in ("ours", "as_written"):
+    call = bench.make_call("reverse_bahdanau", "train_step", impl, "xla", arrays, 8)[0]
+    call()
+    split[impl] = bench.op_profile(call, "xla")
+split["eager"] = bench.op_profile(call, "eager")
+print(json.dumps(split))
+"""
+
+
+@pytest.mark.skipif(BACKEND != "jax", reason="JAX only: the backend whose jitted steps XLA's CPU runtime runs op by op")
+def test_the_jax_profile_sees_the_products_the_listing_repeats():
+    """reverse_bahdanau's listing projects the encoder's outputs at every decoder step, ours once: in the jitted step's
+    profile (a fresh process: XLA writes the programs only when told before JAX starts), the listing's product time is
+    above ours's, and both spend time in other ops. Eagerly: no profile."""
+    env = {**os.environ, "JAX_ENABLE_X64": "0"}
+    found = subprocess.run([sys.executable, "-c", PROFILE_JAX_STEPS], capture_output=True, text=True, env=env, timeout=600)
+    assert found.returncode == 0, found.stderr[-2000:]
+    split = json.loads(found.stdout.strip().splitlines()[-1])
+    assert split["as_written"]["product_ms"] > 1.2 * split["ours"]["product_ms"] > 0, split
+    assert min(split["ours"]["other_ms"], split["as_written"]["other_ms"]) > 0 and split["eager"] is None

@@ -237,8 +237,9 @@ def _below_target(tables: Tables) -> list[str]:
         "the ceiling after the floor where, of the time above the listing's floor, only its products' share (its "
         "profiled products ms over products plus other ops) falls by the FLOP ceiling, which counts products alone, "
         "and the rest falls as far as ours's other ops fell below the listing's (not at all where ours's take longer): "
-        "what ours reaches with its products at the FLOP ceiling and its other ops as they are; - where a side was not "
-        "profiled. verdict: "
+        "what ours reaches with its products at the FLOP ceiling and its other ops as they are (where ours's products "
+        "already fell by the FLOP ceiling or more, the ratio itself: no hoisting has anything left); - where a side was "
+        "not profiled. verdict: "
         f"target where every ceiling allows {SPEEDUP_TARGET}x; bounded where the ceiling after the floor does not (no "
         "floor measured: the FLOP ceiling), bounded within the spread where only its medians do, bounded by the "
         "sibling where the sibling ceiling does not, bounded by other ops where the ceiling with other ops does not "
@@ -246,10 +247,11 @@ def _below_target(tables: Tables) -> list[str]:
         "where the ratio's q75 "
         f"reaches {SPEEDUP_TARGET}x (the repeats cannot tell it from the target, whatever the ceilings). products ms, "
         "other ops ms: the step as the stack's profiler saw it, as written / ours, in ms a step of self time (torch's "
-        "profiler, torch eager; TensorFlow's, tf.function; - in the other modes and runs before "
-        "2026-11-27; summed over the threads that ran them, so a tf.function's ops that ran side by side add up to more "
-        "than the step): the matrix products, which the FLOP ceiling counts, and every other op. Where ours's other ops "
-        "take longer than the listing's, its layout gave back what the products saved.",
+        "profiler, torch eager; TensorFlow's, tf.function; JAX's, Keras on JAX jitted, each op of XLA's optimized "
+        "program as its CPU runtime ran it, a product being a dot or a fusion around one; - in the other modes and runs "
+        "before 2026-11-27; summed over the threads that ran them, so the ops of a tf.function or a jitted step that ran "
+        "side by side add up to more than the step): the matrix products, which the FLOP ceiling counts, and every "
+        "other op. Where ours's other ops take longer than the listing's, its layout gave back what the products saved.",
         "",
         *tables.markdown("speedup_below_target"),
     ]

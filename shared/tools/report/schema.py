@@ -98,6 +98,7 @@ KINDS = {
     "ceiling after floor": "ratio",
     "within spread": "ratio",
     "sibling ceiling": "ratio",
+    "ceiling with other ops": "ratio",
     "as-written ms": "sig3",
     "floor ms": "sig3",
     "as-written floor ms": "sig3",
