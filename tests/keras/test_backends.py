@@ -336,3 +336,17 @@ def test_the_jax_profile_sees_the_products_the_listing_repeats():
     split = json.loads(found.stdout.strip().splitlines()[-1])
     assert split["as_written"]["product_ms"] > 1.2 * split["ours"]["product_ms"] > 0, split
     assert min(split["ours"]["other_ms"], split["as_written"]["other_ms"]) > 0 and split["eager"] is None
+
+
+@pytest.mark.parametrize("name", [name for name in catalogue.built() if catalogue.get(name).document in ("002", "003", "004")])
+def test_ours_decodes_as_the_listing_exactly_on_the_backends_the_catalogue_names(name):
+    """The bench times no twin where the catalogue says ours is the listing on this backend (`listing_on`: luong_dot on
+    JAX); the model must then decode as the listing, and elsewhere not (negative control: luong_general on JAX, and
+    every model on Keras's torch backend, decode as ours)."""
+    from tf_impl import contract
+
+    spec = catalogue.get(name)
+    model = contract.build(name, "float32", **spec.fixture_config)
+    if not hasattr(model, "decodes_as_written"):
+        pytest.skip(f"{name} decodes by its own classes")
+    assert model.decodes_as_written() == (BACKEND in spec.listing_on)

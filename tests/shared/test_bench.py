@@ -206,6 +206,19 @@ def test_a_model_that_is_its_listing_gets_no_as_written_twin():
     assert ("reverse_luong_dot", "as_written") in timed
 
 
+def test_a_model_that_is_its_listing_on_one_keras_backend_gets_no_twin_there():
+    """luong_dot's ours decodes as its listing on Keras's JAX backend (catalogue `listing_on`): no twin there, one on
+    TensorFlow and in torch. Negative control: luong_general, whose keys ours hoists, has its twin on JAX too."""
+    profile = bench.get_profile("headline")
+
+    def timed(stack, backend):
+        return {(case.model, case.impl) for case in bench.cases(profile, stack, 2, backend=backend)}
+
+    assert ("luong_dot", "as_written") not in timed("tf", "jax") and ("luong_dot", "ours") in timed("tf", "jax")
+    assert ("luong_dot", "as_written") in timed("tf", "tensorflow") & timed("torch", "tensorflow")
+    assert ("luong_general", "as_written") in timed("tf", "jax")
+
+
 def test_ours_is_timed_with_its_as_written_twin():
     profile = bench.get_profile("smoke")
     groups = bench.side_by_side(bench.cases(profile, "torch", 1))

@@ -89,3 +89,79 @@ def test_document_001s_gru_models_run_their_grus_through_it_and_the_listing_thro
         ran.clear()
         contract.build(name, "float32", as_written=as_written).decode(tokens, tokens)
         assert ran == expected, f"{name} as_written={as_written}"
+
+
+LENGTHS = np.array([5, 2, 4])  # [B]: row 0 unpadded, rows 1 and 2 padded after their last token
+
+
+def _mask():
+    return np.arange(5)[None, :] < LENGTHS[:, None]  # [B, T]
+
+
+@pytest.mark.parametrize("backwards", [False, True], ids=["forward", "go_backwards"])
+def test_run_gru_with_a_mask_computes_what_kerass_masked_gru_computes(backwards):
+    """Padded rows: the state holds through the padding and the outputs there are zeros (`zero_output_for_mask`); a
+    `go_backwards` layer starts at each row's end, so its padding comes first and leaves the zero state as it is."""
+    from tf_impl.models.seq2seq import run_gru
+
+    layer, inputs, state = _gru_and_inputs()
+    layer.go_backwards = backwards
+    mask = _mask()
+    keras_gru = _outputs_and_gradients(lambda x: layer(x, mask=mask), layer, inputs, state)
+    ours = _outputs_and_gradients(lambda x: run_gru(layer, x, mask=mask), layer, inputs, state)
+    for number, (want, got) in enumerate(zip(keras_gru, ours, strict=True)):
+        assert_close(got, want, 1e-12, what=f"output/state/gradient {number}")
+    assert np.all(ours[0][1, 2:] == 0) if not backwards else np.all(ours[0][1, :3] == 0)  # the padded steps' outputs
+    unmasked = _outputs_and_gradients(lambda x: run_gru(layer, x), layer, inputs, state)  # negative control
+    assert np.max(np.abs(unmasked[1] - keras_gru[1])) > 1e-3  # a padded row's final state moved on through its padding
+
+
+def test_run_bidirectional_gru_computes_what_kerass_bidirectional_layer_computes():
+    """Document 002's encoder: outputs `[B, T, 2H]` (the backward direction's put back in time order) and each
+    direction's final state, with every gradient, where the rows are padded."""
+    import keras
+    import tensorflow as tf
+
+    from tf_impl.keras_compat.layers import torch_gru
+    from tf_impl.models.seq2seq import run_bidirectional_gru
+
+    rng = np.random.default_rng(1)
+    inputs, mask = tf.constant(rng.normal(size=(3, 5, 4))), _mask()
+    layer = keras.layers.Bidirectional(torch_gru(6, "gru", "float64"), name="gru", dtype="float64")
+    layer.build(inputs.shape)
+    for variable in layer.weights:
+        variable.assign(rng.normal(size=variable.shape))
+
+    def outputs_and_gradients(run):
+        with tf.GradientTape() as tape:
+            tape.watch(inputs)
+            outputs, forward, backward = run()
+            loss = tf.reduce_sum(outputs**2) + tf.reduce_sum(forward**3) + tf.reduce_sum(backward**3)
+        return [np.asarray(value) for value in (outputs, forward, backward, *tape.gradient(loss, [inputs, *layer.weights]))]
+
+    keras_layer = outputs_and_gradients(lambda: layer(inputs, mask=mask))
+    ours = outputs_and_gradients(lambda: run_bidirectional_gru(layer, inputs, mask))
+    for number, (want, got) in enumerate(zip(keras_layer, ours, strict=True)):
+        assert_close(got, want, 1e-12, what=f"outputs/states/gradient {number}")
+
+
+@pytest.mark.parametrize(("name", "module"), [("bahdanau_bigru", "seq2seq"), ("tf_tutorial", "tf_tutorial")])
+def test_the_real_data_models_encoders_run_through_it_in_ours_and_through_kerass_layer_as_written(monkeypatch, name, module):
+    """Document 002's bidirectional encoder (each direction) and document 004's encoder: ours through `run_gru`,
+    the listing through Keras's GRU (negative control: as written, none)."""
+    import importlib
+
+    from shared import catalogue
+    from tf_impl import contract
+    from tf_impl.models import seq2seq
+
+    ran = []
+    patched = importlib.import_module(f"tf_impl.models.{module}")
+    real = seq2seq.run_gru
+    monkeypatch.setattr(patched, "run_gru", lambda layer, *args, **kwargs: ran.append(layer.name) or real(layer, *args, **kwargs))
+    tokens, lengths = np.arange(18).reshape(3, 6) % 7 + 4, np.array([6, 3, 5])  # [B, S] token ids past the specials
+    for as_written in (False, True):
+        ran.clear()
+        model = contract.build(name, "float32", as_written=as_written, **catalogue.get(name).fixture_config)
+        model.decode(tokens, tokens, lengths)
+        assert bool(ran) is not as_written and len(ran) == {True: 0, False: 2 if name == "bahdanau_bigru" else 1}[as_written]

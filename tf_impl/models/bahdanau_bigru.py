@@ -12,9 +12,9 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from shared.core.taps import CONTEXT_VECTORS, SOURCE_EMBEDDINGS, TARGET_EMBEDDINGS, tap
+from shared.core.taps import CONTEXT_VECTORS, ENCODER_STATE, SOURCE_EMBEDDINGS, TARGET_EMBEDDINGS, tap
 from tf_impl.keras_compat.layers import one_step, torch_gru
-from tf_impl.models.seq2seq import Seq2SeqBase, masked_softmax, run_rnn
+from tf_impl.models.seq2seq import Seq2SeqBase, masked_softmax, run_bidirectional_gru, run_rnn, source_mask
 
 
 class Encoder(keras.layers.Layer):
@@ -33,12 +33,17 @@ class Encoder(keras.layers.Layer):
         self.gru = keras.layers.Bidirectional(torch_gru(encoder_hidden_size, "gru", dtype), name="gru", dtype=dtype)
         self.fc = keras.layers.Dense(decoder_hidden_size, name="fc", dtype=dtype)
 
-    def call(self, x, lengths=None, training=False):
-        """`x [B, S]` -> outputs `[B, S, 2He]` (zero at pads), hidden `[B, Hd]`."""
+    def call(self, x, lengths=None, training=False, hoisted=False):
+        """`x [B, S]` -> outputs `[B, S, 2He]` (zero at pads), hidden `[B, Hd]`. `hoisted` (ours): each direction's
+        inputs' share of the gates in one product before its loop (`run_bidirectional_gru`), as torch's nn.GRU."""
         embedding = tap(SOURCE_EMBEDDINGS, self.dropout(self.embed(x), training=training))  # [B, S, Ee]
-        outputs, forward_state, backward_state = run_rnn(
-            self.gru, embedding, lengths, training=training
-        )  # [B, S, 2He], [B, He] x 2
+        if hoisted:
+            mask = source_mask(lengths, ops.shape(embedding)[1])  # [B, S] or None
+            outputs, forward_state, backward_state = run_bidirectional_gru(self.gru, embedding, mask)  # [B, S, 2He], ...
+        else:
+            outputs, forward_state, backward_state = run_rnn(
+                self.gru, embedding, lengths, training=training
+            )  # [B, S, 2He], [B, He] x 2
         # torch's hidden[-1] is the backward pass's final state, at time 0: Keras's backward_state, not outputs[:, -1]
         concat_hidden = ops.concatenate(
             (backward_state, forward_state), axis=1
@@ -129,6 +134,12 @@ class Seq2Seq(Seq2SeqBase):
         if target is None:  # Keras's one input (tf_impl.fitting): fit, evaluate, predict
             return self.keras_call(source, training)
         return self.time_major_forward(source, target, teacher_force_ratio, training=bool(training))
+
+    def encode(self, src, src_len=None, training=False):
+        """Ours: the encoder's GRU with each direction's inputs projected in one product (`Encoder.call`'s `hoisted`);
+        as written, Keras's layer, which multiplies each step's inputs inside its loop."""
+        encoder_outputs, hidden = self.encoder(src, src_len, training=training, hoisted=not self.as_written)
+        return self.memory(encoder_outputs, src_len), tap(ENCODER_STATE, hidden)
 
     def features(self, x, hidden, memory, training=False):
         encoder_outputs, mask, keys = memory

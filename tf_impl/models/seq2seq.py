@@ -54,16 +54,19 @@ def gru_cell(input_share, hidden_share, state):
     return z * state + (1 - z) * candidate  # as Keras's own cell computes it
 
 
-def run_gru(layer: keras.layers.GRU, inputs, initial_state=None):
-    """A `torch_gru` layer over a whole unpadded sequence `inputs [B, T, I]` -> outputs `[B, T, H]`, final state `[B, H]`.
+def run_gru(layer: keras.layers.GRU, inputs, initial_state=None, mask=None):
+    """A `torch_gru` layer over a whole sequence `inputs [B, T, I]` -> outputs `[B, T, H]`, final state `[B, H]`: what
+    `layer(inputs, initial_state=..., mask=mask)` returns.
 
     As torch's nn.GRU: the inputs' share of the gates for every step in one product before the loop, then per step
     only the state's (Keras's GRU multiplies each step's inputs inside its loop). Document 001's Luong models, ours,
     side by side (2 threads): reverse_luong_concat's train step 14.4 -> 11.3 ms in a tf.function, 10.2 -> 8.9 under
     XLA. On JAX, whose XLA runtime takes the one product slower (`backends.products_per_step`: 7.4 -> 7.6 ms), the
-    layer runs as Keras made it."""
+    layer runs as Keras made it. With `mask [B, T]` (False at padding) a row's state holds through its padded steps
+    and its outputs there are zeros, as Keras's mask with `zero_output_for_mask` (and torch's packing); a
+    `go_backwards` layer runs from the last step to the first and returns its outputs in that order, as Keras's."""
     if backends.products_per_step():
-        outputs, state = layer(inputs, initial_state=initial_state)
+        outputs, state = layer(inputs, initial_state=initial_state, mask=mask)
         return outputs, state
     if not layer.built:
         layer.build(inputs.shape)
@@ -71,13 +74,33 @@ def run_gru(layer: keras.layers.GRU, inputs, initial_state=None):
     if initial_state is None:
         initial_state = ops.zeros((ops.shape(inputs)[0], cell.units), dtype=inputs.dtype)  # [B, H], as Keras starts
     input_shares = ops.matmul(inputs, cell.kernel) + cell.bias[0]  # [B, T, 3H]
+    if layer.go_backwards:
+        input_shares, mask = ops.flip(input_shares, 1), None if mask is None else ops.flip(mask, 1)
 
-    def step(state, input_share):  # [B, H], [B, 3H]
-        state = gru_cell(input_share, ops.matmul(state, cell.recurrent_kernel) + cell.bias[1], state)  # [B, H]
-        return state, state
+    def step(state, inputs_t):  # [B, H], [B, 3H] (and [B] where masked)
+        input_share, keep = inputs_t if mask is not None else (inputs_t, None)
+        new_state = gru_cell(input_share, ops.matmul(state, cell.recurrent_kernel) + cell.bias[1], state)  # [B, H]
+        if keep is None:
+            return new_state, new_state
+        keep = ops.expand_dims(keep, 1)  # [B, 1]
+        return ops.where(keep, new_state, state), ops.where(keep, new_state, ops.zeros_like(new_state))
 
-    state, outputs = over_time(step, initial_state, input_shares)
+    state, outputs = over_time(step, initial_state, input_shares if mask is None else (input_shares, mask))
     return outputs, state  # [B, T, H], [B, H]
+
+
+def run_bidirectional_gru(layer: keras.layers.Bidirectional, inputs, mask=None):
+    """A Bidirectional of `torch_gru` layers (merge_mode concat) over `inputs [B, T, I]` -> outputs `[B, T, 2H]`, the
+    forward and the backward final states `[B, H]`: what `layer(inputs, mask=mask)` returns, each direction through
+    `run_gru` (its inputs' share of the gates in one product); on JAX (`backends.products_per_step`) the layer itself."""
+    if backends.products_per_step():
+        outputs, forward_state, backward_state = layer(inputs, mask=mask)
+        return outputs, forward_state, backward_state
+    if not layer.built:
+        layer.build(inputs.shape)
+    forward, forward_state = run_gru(layer.forward_layer, inputs, mask=mask)  # [B, T, H], [B, H]
+    backward, backward_state = run_gru(layer.backward_layer, inputs, mask=mask)  # last step first, as Keras's
+    return ops.concatenate([forward, ops.flip(backward, 1)], axis=-1), forward_state, backward_state
 
 
 def masked_softmax(scores, mask):
@@ -167,7 +190,7 @@ class Seq2SeqBase(KerasInputs, CatalogueModel, keras.Model):
     def memory(self, encoder_outputs, src_len):
         """Encoder outputs `[B, S, *]`, their padding mask `[B, S]` and the attention keys (None as written)."""
         tap(ENCODER_OUTPUTS, encoder_outputs)
-        keys = None if self.as_written else self.decoder.attention.keys(encoder_outputs)
+        keys = None if self.decodes_as_written() else self.decoder.attention.keys(encoder_outputs)
         return encoder_outputs, source_mask(src_len, ops.shape(encoder_outputs)[1]), keys
 
     def step(self, x, hidden, memory, training=False):
@@ -185,7 +208,7 @@ class Seq2SeqBase(KerasInputs, CatalogueModel, keras.Model):
             training: dropout on (torch's train mode).
         """
         memory, hidden = self.encode(src, src_len, training=training)
-        if teacher_forcing is None and not self.as_written:
+        if teacher_forcing is None and not self.decodes_as_written():
             return self.decode_teacher_forced(tgt_in, hidden, memory, training=training)
         forced = _forced_steps(teacher_forcing, tgt_in)  # [B, T] or None
         true_next = ops.concatenate([tgt_in[:, 1:], tgt_in[:, :1]], axis=1)  # [B, T]: the last column is never read
@@ -198,6 +221,11 @@ class Seq2SeqBase(KerasInputs, CatalogueModel, keras.Model):
         inputs = (true_next,) if forced is None else (true_next, forced)
         _, (logits, attention) = over_time(step, (tgt_in[:, 0], hidden), inputs)  # <sos> first
         return logits, attention  # [B, T, V], [B, T, S]
+
+    def decodes_as_written(self) -> bool:
+        """Whether every input known still decodes step by step as the listing: as written, and where ours has nothing
+        left to hoist on this backend (catalogue `listing_on`)."""
+        return self.as_written
 
     def decode_teacher_forced(self, tgt_in, hidden, memory, training=False):
         """Every input known: the loop computes features only; the output layer runs once after it."""

@@ -15,7 +15,7 @@ import keras
 from keras import ops
 
 from shared.core.taps import CONTEXT_VECTORS, ENCODER_STATE, SOURCE_EMBEDDINGS, TARGET_EMBEDDINGS, tap
-from tf_impl.models.seq2seq import Seq2SeqBase, gru_cell, masked_softmax, over_time, run_rnn
+from tf_impl.models.seq2seq import Seq2SeqBase, gru_cell, masked_softmax, over_time, run_gru, run_rnn, source_mask
 
 
 class BahdanauAttention(keras.layers.Layer):
@@ -83,9 +83,12 @@ class Encoder(keras.layers.Layer):
         self.embedding = keras.layers.Embedding(vocab_size, embedding_dim, name="embedding", dtype=self.dtype_policy)
         self.gru = _gru(enc_units, self.dtype_policy)
 
-    def call(self, x, hidden, lengths=None, training=False):
-        """`x [B, S]`, `hidden [B, H]` -> output `[B, S, H]`, state `[B, H]`."""
+    def call(self, x, hidden, lengths=None, training=False, hoisted=False):
+        """`x [B, S]`, `hidden [B, H]` -> output `[B, S, H]`, state `[B, H]`. `hoisted` (ours): the inputs' share of the
+        gates in one product before the loop (`run_gru`); the tutorial's GRU multiplies each step's inside it."""
         x = tap(SOURCE_EMBEDDINGS, self.embedding(x))  # [B, S, E]
+        if hoisted:
+            return run_gru(self.gru, x, hidden, source_mask(lengths, ops.shape(x)[1]))  # [B, S, H], [B, H]
         output, state = run_rnn(self.gru, x, lengths, hidden, training)  # [B, S, H], [B, H]
         return output, state
 
@@ -163,7 +166,8 @@ class Seq2Seq(Seq2SeqBase):
 
     def encode(self, src, src_len=None, training=False):
         enc_hidden = self.encoder.initialize_hidden_state(ops.shape(src)[0])  # [B, H]
-        enc_output, enc_hidden = self.encoder(src, enc_hidden, src_len, training=training)  # [B, S, H], [B, H]
+        hoisted = not self.as_written  # ours: the GRU's inputs projected in one product (`Encoder.call`)
+        enc_output, enc_hidden = self.encoder(src, enc_hidden, src_len, training=training, hoisted=hoisted)  # [B, S, H], [B, H]
         return self.memory(enc_output, src_len), tap(ENCODER_STATE, enc_hidden)
 
     def features(self, x, hidden, memory, training=False):

@@ -192,7 +192,7 @@ class Seq2SeqBase(nn.Module):
     def memory(self, encoder_outputs, src_len):
         """Encoder outputs `[B, S, *]`, their padding mask `[B, S]` and the attention keys (None as written)."""
         tap(ENCODER_OUTPUTS, encoder_outputs)
-        keys = None if self.as_written else self.decoder.attention.keys(encoder_outputs)
+        keys = None if self.decodes_as_written() else self.decoder.attention.keys(encoder_outputs)
         return encoder_outputs, source_mask(src_len, encoder_outputs.shape[1]), keys
 
     def step(self, x, hidden, memory):
@@ -208,7 +208,7 @@ class Seq2SeqBase(nn.Module):
                 t + 1 the argmax of step t instead of `tgt_in[:, t + 1]`. None: always the true token.
         """
         memory, hidden = self.encode(src, src_len)
-        if teacher_forcing is None and not self.as_written:
+        if teacher_forcing is None and not self.decodes_as_written():
             return self.decode_teacher_forced(tgt_in, hidden, memory)
         x, logits, attention = tgt_in[:, 0], [], []  # x: [B], <sos> first
         for t in range(tgt_in.shape[1]):
@@ -218,6 +218,11 @@ class Seq2SeqBase(nn.Module):
             if t + 1 < tgt_in.shape[1]:
                 x = _next_input(tgt_in[:, t + 1], output, None if teacher_forcing is None else teacher_forcing[t])
         return torch.stack(logits, 1), torch.stack(attention, 1)  # [B, T, V], [B, T, S]
+
+    def decodes_as_written(self) -> bool:
+        """Whether every input known still decodes step by step as the listing: as written (Keras's twin also where
+        ours has nothing left to hoist on its backend, catalogue `listing_on`)."""
+        return self.as_written
 
     def decode_teacher_forced(self, tgt_in, hidden, memory):
         """Every input known: the loop computes features only; the output layer runs once after it."""
