@@ -734,3 +734,19 @@ def test_the_flop_ceiling_counts_the_code_as_it_is_not_an_older_runs_heavier_for
     assert flop_ceiling(rows) == pytest.approx(0.730 / 0.400)
     largest = rows.groupby("impl")["gflop"].max()
     assert largest["as_written"] / largest["ours"] == pytest.approx(1.633, abs=1e-3)
+
+
+def test_a_listing_timed_where_ours_now_is_the_listing_pairs_with_nothing():
+    """luong_dot's ours decodes as its listing on Keras's JAX backend (catalogue `listing_on`), so newer runs time no
+    twin there; an older run's as-written row of that mode would pair with the newer ours's by their medians (0.75x
+    read so, across runs and phases). It is left out; the tf.function twin and luong_general's JAX twin (negative
+    control: ours hoists its keys there) stay."""
+    from shared.tools.report.reading import _finish_rows
+
+    rows = [_row("luong_dot", "tf", "jax-xla", "ours", 10.0), _row("luong_dot", "tf", "jax-xla", "as_written", 7.5),
+            _row("luong_dot", "tf", "function", "as_written", 12.0),
+            _row("luong_general", "tf", "jax-xla", "as_written", 9.0, sizes=(128, 24, 24))]  # fmt: skip
+    kept = _finish_rows([{**row, "created": "2026-11-28T00:00:00Z", "file": "f.json"} for row in rows])
+    assert sorted(zip(kept["model"], kept["mode"], kept["impl"], strict=True)) == [
+        ("luong_dot", "function", "as_written"), ("luong_dot", "jax-xla", "ours"), ("luong_general", "jax-xla", "as_written"),
+    ]  # fmt: skip

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from shared import catalogue
 from shared.tools.report.printing import ordered, rank_key
 from shared.tools.report.schema import (
     BACKENDS,
@@ -151,6 +152,16 @@ def latest_counts(rows, keys: list[str]):
     return rows.sort_values(newest_last, kind="stable").groupby(keys)["gflop"].last()
 
 
+def _listing_twin_of_a_listing(row) -> bool:
+    """Whether `row` times the listing of a model whose ours is the listing on the row's Keras backend (catalogue
+    `listing_on`, the backend named by the mode: `jax-xla`): a twin timed by a run before ours took the listing's
+    form there, which newer runs do not time (ratio 1.00x by construction), so no ratio pairs it with ours."""
+    if row["impl"] != "as_written" or row["stack"] != "tf" or "-" not in str(row["mode"]):
+        return False
+    model = catalogue.CATALOGUE.get(row["model"])
+    return model is not None and str(row["mode"]).split("-")[0] in model.listing_on
+
+
 def _finish_rows(records: list[dict]):
     """The rows as a DataFrame: numbers as floats, re-runs of the same measurement reduced to the latest
     (by creation time, then file name), the missing TF work counts filled in, sorted."""
@@ -160,6 +171,7 @@ def _finish_rows(records: list[dict]):
     for name in (*NUMBER_FIELDS, "matmul_gflops"):
         rows[name] = pd.to_numeric(rows[name], errors="coerce").astype(float)
     rows = rows.sort_values(["created", "file"], kind="stable").drop_duplicates(RUN_KEY, keep="last")
+    rows = rows[~rows.apply(_listing_twin_of_a_listing, axis=1)] if len(rows) else rows
     if len(rows):
         work = ["model", "impl", "task", *SIZES]
         counted = latest_counts(rows[(rows["stack"] == "torch") & rows["gflop"].notna()], work).rename("_counted")
