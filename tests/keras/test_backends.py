@@ -330,7 +330,9 @@ def test_the_jax_profile_sees_the_products_the_listing_repeats():
     """reverse_bahdanau's listing projects the encoder's outputs at every decoder step, ours once: in the jitted step's
     profile (a fresh process: XLA writes the programs only when told before JAX starts), the listing's product time is
     above ours's, and both spend time in other ops. Eagerly: no profile."""
-    env = {**os.environ, "JAX_ENABLE_X64": "0"}
+    from shared.tools.machine import thread_environment
+
+    env = {**os.environ, "JAX_ENABLE_X64": "0", "XLA_FLAGS": thread_environment(1)["XLA_FLAGS"]}  # the bench's flags
     found = subprocess.run([sys.executable, "-c", PROFILE_JAX_STEPS], capture_output=True, text=True, env=env, timeout=600)
     assert found.returncode == 0, found.stderr[-2000:]
     split = json.loads(found.stdout.strip().splitlines()[-1])
