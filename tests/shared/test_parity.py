@@ -23,8 +23,8 @@ FRAMEWORK_METHODS = {"forward": "call"}  # the call method is the only name the 
 # torch's training step is its own loop (forward, clipping, Adam); Keras's is Keras's own (`fit`'s step), on the model
 # compiled with TorchAdam: `keras_model`
 ONE_STACK_MEMBERS = {
-    # Keras's GRU multiplies each step's inputs inside its loop; ours projects them once (torch's nn.GRU does natively)
-    ("models/reverse_task.py", "LuongReverseTask"): {"method encode"},
+    # Keras's GRU multiplies each step's inputs inside its loop; ours's encoder projects them once (torch's nn.GRU does
+    # natively), chosen in the model's `encode` (document 001's models choose in their shared base class, in both stacks)
     ("models/bahdanau_bigru.py", "Seq2Seq"): {"method encode"},
     # Keras on JAX: ours of the dot score decodes as the listing (catalogue `listing_on`)
     ("models/luong.py", "Model"): {"method decodes_as_written"},  # ours's encoder GRU projects its inputs once, as above

@@ -289,9 +289,11 @@ def _below_target_records(steps) -> list[dict]:
             split = _profiled_times(group)
             medians = (as_written["median_ms"], floor["median_ms"])
             after = ceiling_after_floor(*medians, ceiling, as_written_floor["median_ms"])
-            with_other_ops = ceiling_after_floor(*medians, other_ops_ceiling(ceiling, split), as_written_floor["median_ms"])
-            if products_at_ceiling(ceiling, split):  # hoisting has nothing left: ours's other ops as they are is ours
-                with_other_ops = ratio
+            with_other_ops = (
+                ratio  # hoisting has nothing left: ours, its other ops as they are, is what it reaches
+                if products_at_ceiling(ceiling, split)
+                else ceiling_after_floor(*medians, other_ops_ceiling(ceiling, split), as_written_floor["median_ms"])
+            )
             # the spread's worst case: as written's q25, ours's floor at its q75, the listing's at its q25
             after_low = ceiling_after_floor(as_written["q25_ms"], floor["q75_ms"], ceiling, as_written_floor["q25_ms"])
             sibling_ceiling = as_written["median_ms"] / sibling["median_ms"]
