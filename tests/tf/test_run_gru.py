@@ -98,22 +98,30 @@ def _mask():
     return np.arange(5)[None, :] < LENGTHS[:, None]  # [B, T]
 
 
+@pytest.mark.parametrize("zero_output", [True, False], ids=["zero_output", "previous_output"])
 @pytest.mark.parametrize("backwards", [False, True], ids=["forward", "go_backwards"])
-def test_run_gru_with_a_mask_computes_what_kerass_masked_gru_computes(backwards):
-    """Padded rows: the state holds through the padding and the outputs there are zeros (`zero_output_for_mask`); a
-    `go_backwards` layer starts at each row's end, so its padding comes first and leaves the zero state as it is."""
+def test_run_gru_with_a_mask_computes_what_kerass_masked_gru_computes(backwards, zero_output):
+    """Padded rows: the state holds through the padding and the outputs there are zeros (`zero_output_for_mask`) or
+    the last real step's output (`zero_output_for_mask=False`, document 004's decoder GRU); a `go_backwards` layer
+    starts at each row's end, so its padding comes first and leaves the zero state as it is."""
     from tf_impl.models.seq2seq import run_gru
 
     layer, inputs, state = _gru_and_inputs()
-    layer.go_backwards = backwards
+    layer.go_backwards, layer.zero_output_for_mask = backwards, zero_output
     mask = _mask()
     keras_gru = _outputs_and_gradients(lambda x: layer(x, mask=mask), layer, inputs, state)
     ours = _outputs_and_gradients(lambda x: run_gru(layer, x, mask=mask), layer, inputs, state)
     for number, (want, got) in enumerate(zip(keras_gru, ours, strict=True)):
         assert_close(got, want, 1e-12, what=f"output/state/gradient {number}")
-    assert np.all(ours[0][1, 2:] == 0) if not backwards else np.all(ours[0][1, :3] == 0)  # the padded steps' outputs
+    padded = ours[0][1, 2:] if not backwards else ours[0][1, :3]  # row 1's padded steps' outputs
+    at_padding = 0 if zero_output or backwards else ours[0][1, 1]  # a backwards row's padding comes before any output
+    assert np.all(padded == at_padding)
     unmasked = _outputs_and_gradients(lambda x: run_gru(layer, x), layer, inputs, state)  # negative control
     assert np.max(np.abs(unmasked[1] - keras_gru[1])) > 1e-3  # a padded row's final state moved on through its padding
+    if not (zero_output or backwards):  # negative control: zeros where Keras repeats the previous output
+        layer.zero_output_for_mask = True
+        zeros_at_padding = _outputs_and_gradients(lambda x: run_gru(layer, x, mask=mask), layer, inputs, state)
+        assert np.max(np.abs(zeros_at_padding[0] - keras_gru[0])) > 1e-3
 
 
 def test_run_bidirectional_gru_computes_what_kerass_bidirectional_layer_computes():
