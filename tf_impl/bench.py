@@ -10,6 +10,7 @@ made of a step is costed here only: XLA's cost model of Keras on JAX's jitted tr
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 
@@ -36,7 +37,7 @@ def configure(threads: int) -> str:
     what holds.
     """
     backends.set_threads(threads)
-    if backend() == "jax":
+    if backend() in TRAIN_STEP_PROGRAM:
         _keep_train_step_programs()
     if backends.gpu_name() is None:
         return "cpu"
@@ -158,10 +159,10 @@ def count_ops(name: str, impl: str, arrays: dict) -> int | None:
 def op_profile(call, mode: str) -> dict | None:
     """The profiler over machine.PROFILED_CALLS calls of a case: the self time of the matrix products and of every
     other op, in ms a call (`machine.op_split`). TensorFlow's in a tf.function (products: `MatMul`, `BatchMatMul`,
-    `Einsum` and oneDNN's forms of them); JAX's in a jitted step (`_jax_op_profile`). None in the other modes (TensorFlow's
-    statistics give eager ops no time, and XLA one compiled cluster) and on Keras's torch backend."""
-    if mode == "xla" and backend() == "jax":
-        return _jax_op_profile(call)
+    `Einsum` and oneDNN's forms of them); XLA's CPU runtime's in a compiled step, on TensorFlow and on JAX
+    (`_xla_op_profile`). None eagerly (TensorFlow's statistics give eager ops no time) and on Keras's torch backend."""
+    if mode == "xla" and backend() in TRAIN_STEP_PROGRAM:
+        return _xla_op_profile(call)
     if mode != "function" or backend() != "tensorflow":
         return None
     import tempfile
@@ -179,14 +180,18 @@ def op_profile(call, mode: str) -> dict | None:
     return None if self_us is None else machine.op_split(self_us, _is_product, machine.PROFILED_CALLS)
 
 
-TRAIN_STEP_PROGRAM = "jit_train_step"  # the XLA module of Keras's jitted train step on JAX
+TRAIN_STEP_PROGRAM = {  # the XLA module of Keras's compiled train step, by backend (a regular expression)
+    "jax": "jit_train_step",  # jax.jit's name
+    "tensorflow": "a_inference_one_step_on_data_.*XlaMustCompile",  # the tf.function Keras compiles, as TensorFlow names it
+}
 _programs_folder: list[str] = []  # where XLA writes it (`_keep_train_step_programs`), once set
 
 
 def _keep_train_step_programs() -> None:
-    """Have XLA write each jitted train step's optimized program as text (XLA_FLAGS, which JAX reads when it starts its
-    CPU client, at the first op) into a temporary folder removed at exit: `_jax_op_profile` finds its products there.
-    A process whose client already runs writes none, and its cases go unprofiled."""
+    """Have XLA write each compiled train step's optimized program as text (XLA_FLAGS, which JAX reads when it starts
+    its CPU client, at the first op, and TensorFlow at its first compilation) into a temporary folder removed at exit:
+    `_xla_op_profile` finds its products there. A process whose XLA already read its flags writes none, and its cases go
+    unprofiled."""
     if _programs_folder:
         return
     import atexit
@@ -196,60 +201,107 @@ def _keep_train_step_programs() -> None:
     folder = tempfile.mkdtemp(prefix="rosetta-xla-programs-")
     atexit.register(shutil.rmtree, folder, True)
     _programs_folder.append(folder)
-    dump = f"--xla_dump_to={folder} --xla_dump_hlo_as_text --xla_dump_hlo_module_re={TRAIN_STEP_PROGRAM}"
+    dump = f"--xla_dump_to={folder} --xla_dump_hlo_as_text --xla_dump_hlo_module_re={TRAIN_STEP_PROGRAM[backend()]}"
     # first: XLA's parser stops at the bench's bare `intra_op_parallelism_threads=N` (machine.thread_environment)
     os.environ["XLA_FLAGS"] = " ".join(filter(None, [dump, os.environ.get("XLA_FLAGS", "")]))
 
 
-def _jax_op_profile(call) -> dict | None:
-    """JAX's profiler over machine.PROFILED_CALLS calls of a jitted train step: each op's time as XLA's CPU runtime ran
-    it (its thunks' trace events), a product being a dot, or a fusion around one, in the optimized program XLA wrote
-    for the step (`_program_kinds`); the loops' own thunks left out (their bodies' ops are counted). None where the
-    program was not written."""
+def _xla_op_profile(call) -> dict | None:
+    """The backend's profiler over machine.PROFILED_CALLS calls of a compiled train step: each op's time as XLA's CPU
+    runtime ran it (its thunks' trace events), a product being a dot, or a fusion around one, in the optimized program
+    XLA wrote for the step (`_program_kinds`); the loops' own thunks left out (their bodies' ops are counted). None
+    where the program was not written."""
     import tempfile
 
-    import jax
-
     with tempfile.TemporaryDirectory() as folder:
-        jax.profiler.start_trace(folder)
-        try:
+        with _profiling(folder):
             for _ in range(machine.PROFILED_CALLS):
                 call()
-        finally:
-            jax.profiler.stop_trace()
         thunk_us = _thunk_us(folder)
-    kinds = _program_kinds(set(thunk_us))
-    if not thunk_us or kinds is None:
+    kinds = {module: _program_kinds(module, set(ops)) for module, ops in thunk_us.items()}
+    if not thunk_us or None in kinds.values():
         return None
-    self_us = {op: us for op, us in thunk_us.items() if kinds[op] != "control"}
-    return machine.op_split(self_us, lambda op: kinds[op] == "product", machine.PROFILED_CALLS)
+    self_us = {(module, op): us for module, ops in thunk_us.items() for op, us in ops.items() if kinds[module][op] != "control"}
+    return machine.op_split(self_us, lambda key: kinds[key[0]][key[1]] == "product", machine.PROFILED_CALLS)
 
 
-def _thunk_us(folder: str) -> dict[str, float]:
-    """Time (us) per op of the train step's program in the JAX trace under `folder` (its events name the op)."""
-    import gzip
-    import json
+@contextlib.contextmanager
+def _profiling(folder: str):
+    """The backend's profiler, writing its trace under `folder` while the block runs."""
+    if backend() == "jax":
+        import jax
+
+        start, stop = (lambda: jax.profiler.start_trace(folder)), jax.profiler.stop_trace
+    else:
+        import tensorflow as tf
+
+        start, stop = (lambda: tf.profiler.experimental.start(folder)), tf.profiler.experimental.stop
+    start()
+    try:
+        yield
+    finally:
+        stop()
+
+
+def _thunk_us(folder: str) -> dict[str, dict[str, float]]:
+    """Time (us) per op of each train-step program (TRAIN_STEP_PROGRAM) in the trace under `folder`, by program: JAX's
+    trace events, or TensorFlow's XLA space (each event names its program and op)."""
     from pathlib import Path
 
-    thunk_us: dict[str, float] = {}
-    for path in Path(folder).rglob("*.trace.json.gz"):
-        with gzip.open(path) as trace:
-            events = json.load(trace)["traceEvents"]
-        for event in events:
-            args = event.get("args") or {}
-            if event.get("ph") == "X" and args.get("hlo_module") == TRAIN_STEP_PROGRAM and "hlo_op" in args:
-                thunk_us[args["hlo_op"]] = thunk_us.get(args["hlo_op"], 0.0) + float(event.get("dur", 0.0))
+    pattern = re.compile(TRAIN_STEP_PROGRAM[backend()])
+    thunk_us: dict[str, dict[str, float]] = {}
+    for module, op, us in _xla_op_events(Path(folder)):
+        if pattern.match(module):
+            ops = thunk_us.setdefault(module, {})
+            ops[op] = ops.get(op, 0.0) + us
     return thunk_us
 
 
-def _program_kinds(ops: set[str]) -> dict[str, str] | None:
-    """Each op of the newest train-step program XLA wrote that holds every op in `ops` (`_keep_train_step_programs`):
-    "product", "control" or "other" (`hlo_kinds`); None where no written program holds them."""
+def _xla_op_events(folder):
+    """(program, op, duration in us) of each XLA op event under `folder`: JAX's `*.trace.json.gz`, else TensorFlow's
+    `*.xplane.pb` (the profiler's own record, read with TensorFlow's copy of its schema)."""
+    import gzip
+    import json
+
+    traces = list(folder.rglob("*.trace.json.gz"))
+    for path in traces:
+        with gzip.open(path) as trace:
+            for event in json.load(trace)["traceEvents"]:
+                args = event.get("args") or {}
+                if event.get("ph") == "X" and "hlo_module" in args and "hlo_op" in args:
+                    yield args["hlo_module"], args["hlo_op"], float(event.get("dur", 0.0))
+    if traces:
+        return
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    for path in folder.rglob("*.xplane.pb"):
+        space = xplane_pb2.XSpace.FromString(path.read_bytes())
+        for plane in space.planes:
+            for line in plane.lines:
+                for event in line.events:
+                    stats = _xplane_stats(plane, event)
+                    if "hlo_module" in stats and "hlo_op" in stats:
+                        yield stats["hlo_module"], stats["hlo_op"], event.duration_ps / 1e6
+
+
+def _xplane_stats(plane, event) -> dict[str, str]:
+    """An XSpace event's string statistics by name (its own and its metadata's; a reference names another metadata)."""
+    stats = {}
+    for stat in [*plane.event_metadata[event.metadata_id].stats, *event.stats]:
+        value = plane.stat_metadata[stat.ref_value].name if stat.HasField("ref_value") else stat.str_value
+        stats[plane.stat_metadata[stat.metadata_id].name] = value
+    return stats
+
+
+def _program_kinds(module: str, ops: set[str]) -> dict[str, str] | None:
+    """Each op of the newest optimized program XLA wrote for `module` that holds every op in `ops`
+    (`_keep_train_step_programs`): "product", "control" or "other" (`hlo_kinds`); None where no written program holds
+    them."""
     from pathlib import Path
 
     if not _programs_folder:
         return None
-    written = Path(_programs_folder[0]).glob(f"*{TRAIN_STEP_PROGRAM}*after_optimizations.txt")
+    written = Path(_programs_folder[0]).glob(f"*.{module}.*after_optimizations.txt")
     for path in sorted(written, key=lambda path: path.stat().st_mtime, reverse=True):
         kinds = hlo_kinds(path.read_text())
         if ops <= kinds.keys():

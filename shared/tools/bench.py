@@ -438,7 +438,7 @@ def _warm_case(bench, case: Case, profile: Profile, device: str) -> tuple:
 
 def _op_times(bench, case: Case, call) -> dict:
     """Where a train step's time goes at the document's sizes, by the stack's profiler (`op_profile`: `product_ms`,
-    `other_ms` a call: torch eager, tf.function, Keras on JAX jitted); {} for other cases."""
+    `other_ms` a call: torch eager, tf.function, XLA on TensorFlow and on JAX); {} for other cases."""
     if case.task != "train_step" or case.sweep != "document":
         return {}
     return bench.op_profile(call, case.mode) or {}

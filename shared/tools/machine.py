@@ -128,7 +128,7 @@ def matmul_rate(product, n: int, repeats: int = 10) -> float:
 PROFILED_CALLS = 3  # the calls a case's op profile covers (`op_split`): its times are their mean
 
 
-def op_split(self_us: dict[str, float], is_product, calls: int) -> dict[str, float]:
+def op_split(self_us: dict, is_product, calls: int) -> dict[str, float]:
     """A profiler's self time per op type (`self_us`, microseconds over `calls` calls) split into the matrix products
     (`is_product(op type)`: the work the FLOP ceiling counts) and every other op, in ms a call: `product_ms`,
     `other_ms`. Where ours hoists products out of a loop, the first falls; the second says what its other ops cost."""

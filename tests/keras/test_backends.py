@@ -20,7 +20,7 @@ from shared import catalogue
 from shared.verify import training
 from shared.verify.equality import assert_close
 from shared.verify.training import EQUALITY_SPEC
-from tests import keras_fit
+from tests import keras_fit, xla_profile
 from tf_impl.keras_compat import backends
 from tf_impl.keras_compat.layers import TorchLSTM
 
@@ -307,35 +307,12 @@ def test_the_jax_profile_tells_products_by_the_program_not_by_their_names():
     assert by_name["ynn_fusion.21"] != kinds["ynn_fusion.21"]
 
 
-PROFILE_JAX_STEPS = """
-import json
-from shared.specs import Sizes
-from shared.verify.fixtures import synthetic_batch
-from tf_impl import bench
-
-bench.configure(1)  # before JAX starts: XLA writes each train step's program (tf_impl.bench._keep_train_step_programs)
-arrays = synthetic_batch("reverse_bahdanau", Sizes(16, 8, 8))
-split = {}
-for impl in ("ours", "as_written"):
-    call = bench.make_call("reverse_bahdanau", "train_step", impl, "xla", arrays, 8)[0]
-    call()
-    split[impl] = bench.op_profile(call, "xla")
-split["eager"] = bench.op_profile(call, "eager")
-print(json.dumps(split))
-"""
-
-
 @pytest.mark.skipif(BACKEND != "jax", reason="JAX only: the backend whose jitted steps XLA's CPU runtime runs op by op")
 def test_the_jax_profile_sees_the_products_the_listing_repeats():
     """reverse_bahdanau's listing projects the encoder's outputs at every decoder step, ours once: in the jitted step's
     profile (a fresh process: XLA writes the programs only when told before JAX starts), the listing's product time is
     above ours's, and both spend time in other ops. Eagerly: no profile."""
-    from shared.tools.machine import thread_environment
-
-    env = {**os.environ, "JAX_ENABLE_X64": "0", "XLA_FLAGS": thread_environment(1)["XLA_FLAGS"]}  # the bench's flags
-    found = subprocess.run([sys.executable, "-c", PROFILE_JAX_STEPS], capture_output=True, text=True, env=env, timeout=600)
-    assert found.returncode == 0, found.stderr[-2000:]
-    split = json.loads(found.stdout.strip().splitlines()[-1])
+    split = xla_profile.reverse_bahdanau_xla_profiles("jax")
     assert split["as_written"]["product_ms"] > 1.2 * split["ours"]["product_ms"] > 0, split
     assert min(split["ours"]["other_ms"], split["as_written"]["other_ms"]) > 0 and split["eager"] is None
 

@@ -80,4 +80,4 @@ def test_the_op_profile_sees_the_products_the_listing_repeats(stack):
         return
     assert split["as_written"]["product_ms"] > 1.2 * split["ours"]["product_ms"] > 0, split
     assert min(split["ours"]["other_ms"], split["as_written"]["other_ms"]) > 0
-    assert stack_bench.op_profile(call, "xla" if stack_bench.backend() == "tensorflow" else "compile") is None
+    assert stack_bench.op_profile(call, "compile" if stack.__name__ == "torch_impl" else "eager") is None

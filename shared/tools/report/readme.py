@@ -247,10 +247,11 @@ def _below_target(tables: Tables) -> list[str]:
         "where the ratio's q75 "
         f"reaches {SPEEDUP_TARGET}x (the repeats cannot tell it from the target, whatever the ceilings). products ms, "
         "other ops ms: the step as the stack's profiler saw it, as written / ours, in ms a step of self time (torch's "
-        "profiler, torch eager; TensorFlow's, tf.function; JAX's, Keras on JAX jitted, each op of XLA's optimized "
-        "program as its CPU runtime ran it, a product being a dot or a fusion around one; - in the other modes and runs "
-        "before 2026-11-27; summed over the threads that ran them, so the ops of a tf.function or a jitted step that ran "
-        "side by side add up to more than the step): the matrix products, which the FLOP ceiling counts, and every "
+        "profiler, torch eager; TensorFlow's, tf.function and XLA; JAX's, Keras on JAX jitted; under XLA each op of "
+        "its optimized program as its CPU runtime ran it, a product being a dot or a fusion around one; - in the other "
+        "modes and runs before 2026-11-27 (TensorFlow's XLA: before 2026-11-28); summed over the threads that ran "
+        "them, so the ops of a tf.function or a compiled step that ran side by side add up to more than the step): the "
+        "matrix products, which the FLOP ceiling counts, and every "
         "other op. Where ours's other ops take longer than the listing's, its layout gave back what the products saved.",
         "",
         *tables.markdown("speedup_below_target"),

@@ -312,8 +312,9 @@ def _below_target_records(steps) -> list[dict]:
 
 
 def _profiled_times(rows):
-    """A mode's profiled step, each side's newest `product_ms` and `other_ms` (the stack's profiler: torch eager and
-    tf.function), one row per side; None where a side was not profiled (the other modes, runs before 2026-11-27)."""
+    """A mode's profiled step, each side's newest `product_ms` and `other_ms` (the stack's profiler: torch eager,
+    tf.function, XLA on TensorFlow and JAX), one row per side; None where a side was not profiled (the other modes,
+    runs before 2026-11-27; TensorFlow's XLA before 2026-11-28)."""
     times = _newest_per_side(rows, ["product_ms", "other_ms"])
     return None if times is None or times.isna().any(axis=None) else times
 

@@ -1,0 +1,39 @@
+"""The op profile of Keras's compiled train step (tf_impl.bench.op_profile in mode xla), taken as the bench takes it: in
+a fresh process whose bench.configure had XLA write each step's program before XLA read its flags."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+PROFILE_STEPS = """
+import json
+from shared.specs import Sizes
+from shared.verify.fixtures import synthetic_batch
+from tf_impl import bench
+
+bench.configure(1)  # before XLA reads its flags: it writes each train step's program (bench._keep_train_step_programs)
+arrays = synthetic_batch("reverse_bahdanau", Sizes(16, 8, 8))
+split = {}
+for impl in ("ours", "as_written"):
+    call = bench.make_call("reverse_bahdanau", "train_step", impl, "xla", arrays, 8)[0]
+    call()
+    # the least of three profiles: a thunk preempted by the other test worker's process counts its wait
+    split[impl] = min((bench.op_profile(call, "xla") for _ in range(3)), key=lambda profile: profile["product_ms"])
+split["eager"] = bench.op_profile(call, "eager")
+print(json.dumps(split))
+"""
+
+
+def reverse_bahdanau_xla_profiles(keras_backend: str) -> dict:
+    """reverse_bahdanau's compiled train step profiled on `keras_backend`, ours and as written, and an eager profile
+    (None): {"ours": {"product_ms", "other_ms"}, "as_written": {...}, "eager": None}."""
+    from shared.tools.machine import thread_environment
+
+    env = {**os.environ, "KERAS_BACKEND": keras_backend, "JAX_ENABLE_X64": "0",
+           "XLA_FLAGS": thread_environment(1)["XLA_FLAGS"]}  # the bench's flags  # fmt: skip
+    found = subprocess.run([sys.executable, "-c", PROFILE_STEPS], capture_output=True, text=True, env=env, timeout=600)
+    assert found.returncode == 0, found.stderr[-2000:]
+    return json.loads(found.stdout.strip().splitlines()[-1])
