@@ -7,6 +7,8 @@ Mirrors tf_impl/bench.py function for function.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from shared.tools import bench as shared_bench
@@ -159,12 +161,35 @@ def compiled_cost(name: str, task: str, impl: str, mode: str, arrays: dict) -> N
     return None
 
 
+def recurrent_layer_flop(inputs, weight_ih, weight_hh, *args, out_shape=None, **kwargs) -> int:
+    """The products of one fused recurrent layer over a sequence (shapes): each step's inputs `[.., I]` and state
+    `[.., H]` times the gates' weights `[G H, I]` and `[G H, H]`, 2 FLOPs a multiply-add."""
+    rows = math.prod(inputs[:-1])  # T x B
+    return 2 * rows * weight_ih[0] * (weight_ih[1] + weight_hh[1])
+
+
+def recurrent_layer_backward_flop(inputs, weight_ih, weight_hh, *args, out_shape=None, **kwargs) -> int:
+    """Its backward: the gates' gradient times each weight (the inputs' and the state's gradients) and each weight's
+    gradient (the inputs and states times the gates' gradient): twice the forward's products."""
+    return 2 * recurrent_layer_flop(inputs, weight_ih, weight_hh)
+
+
+# The layers torch's CPU runs as one oneDNN op that torch's FLOP counter does not count (nn.LSTM: `mkldnn_rnn_layer`,
+# forward and backward; it counted 0 of a 2-layer LSTM's 22.5 forward GFLOP at document 003's sizes, so the luong
+# models' counts held their output layers and attention alone). nn.GRU and nn.RNN decompose into counted products.
+RECURRENT_LAYER_FLOPS = {
+    torch.ops.aten.mkldnn_rnn_layer: recurrent_layer_flop,
+    torch.ops.aten.mkldnn_rnn_layer_backward: recurrent_layer_backward_flop,
+}
+
+
 def count_gflop(name: str, task: str, impl: str, arrays: dict, max_len: int) -> float:
-    """Matmul GFLOP of one case (forward and backward for a train step), counted on the CPU."""
+    """Matmul GFLOP of one case (forward and backward for a train step), counted on the CPU: torch's FLOP counter, and
+    for the recurrent layers it cannot see (`RECURRENT_LAYER_FLOPS`) their products."""
     from torch.utils.flop_counter import FlopCounterMode
 
     model = build(name, impl)
-    counter = FlopCounterMode(display=False)
+    counter = FlopCounterMode(display=False, custom_mapping=RECURRENT_LAYER_FLOPS)
     with counter:
         if task == "train_step":
             contract.loss_and_grads(model, name, arrays)

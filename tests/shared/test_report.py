@@ -736,6 +736,26 @@ def test_the_flop_ceiling_counts_the_code_as_it_is_not_an_older_runs_heavier_for
     assert largest["as_written"] / largest["ours"] == pytest.approx(1.633, abs=1e-3)
 
 
+def test_every_machines_flop_ceiling_is_the_newest_count_of_any_machine():
+    """A FLOP count is the code's: luong_general's on an older machine (70.6 / 181.5 GFLOP, torch's counter without
+    nn.LSTM) gives way to a newer run's elsewhere (205.9 / 316.8, the LSTMs counted): 1.54x for every machine's table.
+    Negative control: that machine's own rows say 2.57x."""
+    import pandas as pd
+
+    from shared.tools.report.tables import flop_ceiling, flop_ceilings
+
+    def counted(machine, impl, gflop, created):
+        return {"machine": machine, "model": "luong_general", "task": "train_step", "sweep": "document", "impl": impl,
+                "gflop": gflop, "created": created, "file": f"{machine}.json"}  # fmt: skip
+
+    rows = pd.DataFrame([counted("old", "ours", 70.56, "2026-11-24T16:37:23Z"),
+                         counted("old", "as_written", 181.47, "2026-11-24T16:37:23Z"),
+                         counted("new", "ours", 205.85, "2026-11-28T03:00:00Z"),
+                         counted("new", "as_written", 316.76, "2026-11-28T03:00:00Z")])  # fmt: skip
+    assert flop_ceilings(rows)["luong_general"] == pytest.approx(316.76 / 205.85)
+    assert flop_ceiling(rows[rows["machine"] == "old"]) == pytest.approx(2.572, abs=1e-3)  # negative control
+
+
 def test_a_listing_timed_where_ours_now_is_the_listing_pairs_with_nothing():
     """luong_dot's ours decodes as its listing on Keras's JAX backend (catalogue `listing_on`), so newer runs time no
     twin there; an older run's as-written row of that mode would pair with the newer ours's by their medians (0.75x
