@@ -202,7 +202,6 @@ def _keep_train_step_programs() -> None:
     atexit.register(shutil.rmtree, folder, True)
     _programs_folder.append(folder)
     dump = f"--xla_dump_to={folder} --xla_dump_hlo_as_text --xla_dump_hlo_module_re={TRAIN_STEP_PROGRAM[backend()]}"
-    # first: XLA's parser stops at the bench's bare `intra_op_parallelism_threads=N` (machine.thread_environment)
     os.environ["XLA_FLAGS"] = " ".join(filter(None, [dump, os.environ.get("XLA_FLAGS", "")]))
 
 

@@ -190,10 +190,13 @@ def peak_rss_mb() -> float | None:
 
 
 def thread_environment(threads: int) -> dict[str, str]:
-    """Variables that fix a framework's thread pools before it is imported (XLA_FLAGS: JAX's CPU client; TensorFlow's
-    two pools of `threads` each, as tf_impl/keras_compat/backends.set_threads)."""
+    """Variables that fix a framework's thread pools before it is imported (XLA_FLAGS: whether JAX's CPU client splits
+    a product over threads; TensorFlow's two pools of `threads` each, as tf_impl/keras_compat/backends.set_threads).
+    XLA has no flag for its pool's size: it takes the CPUs the process may run on (backends.set_threads pins a JAX
+    process to `threads` of them; the bare `intra_op_parallelism_threads=N` often passed for it is no flag, and XLA's
+    parser stopped there, dropping every flag after it)."""
     count = str(threads)
-    xla = f"--xla_cpu_multi_thread_eigen={str(threads > 1).lower()} intra_op_parallelism_threads={count}"
+    xla = f"--xla_cpu_multi_thread_eigen={str(threads > 1).lower()}"
     return {
         "OMP_NUM_THREADS": count,
         "MKL_NUM_THREADS": count,

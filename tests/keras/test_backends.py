@@ -329,3 +329,29 @@ def test_ours_decodes_as_the_listing_exactly_on_the_backends_the_catalogue_names
     if not hasattr(model, "decodes_as_written"):
         pytest.skip(f"{name} decodes by its own classes")
     assert model.decodes_as_written() == (BACKEND in spec.listing_on)
+
+
+@pytest.mark.skipif(BACKEND != "jax", reason="JAX only: XLA sizes its CPU pool by the CPUs the process may run on")
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="a machine of one CPU runs every pool on one")
+def test_a_one_thread_jax_bench_runs_on_one_cpu_and_every_xla_flag_holds(tmp_path):
+    """XLA has no flag for its pool's size: a bench process at 1 thread is pinned to one CPU before JAX's client starts,
+    and records it. Every one of the bench's XLA_FLAGS holds: a flag after them (the dump of the programs) is obeyed.
+    Negative control: after the bare `intra_op_parallelism_threads=1` the bench once passed, XLA's parser stopped and
+    the dump was dropped."""
+    from shared.tools.machine import thread_environment
+
+    code = (
+        "from tf_impl.keras_compat import backends; backends.set_threads(1); import jax; "
+        "jax.jit(lambda x: x * 2)(jax.numpy.ones(2)).block_until_ready(); print(backends.thread_settings()['cpus'])"
+    )
+
+    def run(flags: str, dump) -> str:
+        env = {**os.environ, "XLA_FLAGS": f"{flags} --xla_dump_to={dump}"}
+        found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+        assert found.returncode == 0, found.stderr[-2000:]
+        return found.stdout.split()[-1]
+
+    assert run(thread_environment(1)["XLA_FLAGS"], tmp_path / "bench") == "1"
+    assert any((tmp_path / "bench").iterdir())
+    run("--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1", tmp_path / "bare")  # negative control
+    assert not (tmp_path / "bare").exists() or not any((tmp_path / "bare").iterdir())

@@ -35,7 +35,9 @@ ONE_STACK_MEMBERS = {
 }  # fmt: skip
 # the Keras walk over attribute paths; on the torch side state_dict() is that walk
 ONE_STACK_FUNCTIONS = {
-    "bench.py": {"hlo_kinds"},  # the ops of XLA's optimized program (Keras on JAX's profile); torch's profiler names them
+    # the ops of XLA's optimized program (Keras's XLA profiles; torch's profiler names them); torch's FLOP counter's rules
+    # for the recurrent layers it cannot see (Keras's steps are counted by torch's count or XLA's)
+    "bench.py": {"hlo_kinds", "recurrent_layer_flop", "recurrent_layer_backward_flop"},
     "weights.py": {"leaf", "leaves", "assign_through_rules", "attention_variables", "present"},
     "models/tf_tutorial.py": {"keras_initializers"},  # torch starts from Keras's default distributions; Keras has them
     "models/tf_tutorial_mha.py": {"keras_initializers"},

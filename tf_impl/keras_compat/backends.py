@@ -214,7 +214,9 @@ def version() -> dict[str, str]:
 
 def set_threads(threads: int) -> None:
     """Fix the backend's CPU thread pools where they can still change (TensorFlow's before its first op,
-    torch's any time); JAX's are fixed when it starts (XLA_FLAGS, shared.tools.bench.thread_environment).
+    torch's any time, JAX's before its CPU client starts, at the first op). XLA sizes JAX's pool by the CPUs the
+    process may run on, as no flag can (shared.tools.machine.thread_environment): below the machine's count, the
+    process is pinned to `threads` of them.
 
     TensorFlow gets `threads` in both of its pools, as it configures itself on a machine of that many cores: a
     tf.function's independent ops then run side by side. An inter-op pool of 1 (every op in turn, each split over
@@ -233,10 +235,13 @@ def set_threads(threads: int) -> None:
         import torch
 
         torch.set_num_threads(threads)
+    elif backend == "jax" and hasattr(os, "sched_setaffinity") and threads < len(os.sched_getaffinity(0)):
+        os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:threads])
 
 
 def thread_settings() -> dict[str, int | str]:
-    """The thread pools that hold: TensorFlow's and torch's as they report them; JAX's as XLA_FLAGS set them."""
+    """The thread pools that hold: TensorFlow's and torch's as they report them; JAX's as XLA_FLAGS and the CPUs the
+    process may run on set them."""
     backend = name()
     if backend == "tensorflow":
         import tensorflow as tf
@@ -244,7 +249,8 @@ def thread_settings() -> dict[str, int | str]:
         pools = tf.config.threading
         return {"intra_op": pools.get_intra_op_parallelism_threads(), "inter_op": pools.get_inter_op_parallelism_threads()}
     if backend == "jax":
-        return {"xla_flags": os.environ.get("XLA_FLAGS", "")}
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        return {"xla_flags": os.environ.get("XLA_FLAGS", ""), "cpus": cpus}
     import torch
 
     return {"intra_op": torch.get_num_threads(), "inter_op": torch.get_num_interop_threads()}
