@@ -10,7 +10,6 @@ made of a step is costed here only: XLA's cost model of Keras on JAX's jitted tr
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 
@@ -165,18 +164,7 @@ def op_profile(call, mode: str) -> dict | None:
         return _xla_op_profile(call)
     if mode != "function" or backend() != "tensorflow":
         return None
-    import tempfile
-
-    import tensorflow as tf
-
-    with tempfile.TemporaryDirectory() as folder:
-        tf.profiler.experimental.start(folder)
-        try:
-            for _ in range(machine.PROFILED_CALLS):
-                call()
-        finally:
-            tf.profiler.experimental.stop()
-        self_us = _framework_op_self_us(folder)
+    self_us = _traced(call, _framework_op_self_us)
     return None if self_us is None else machine.op_split(self_us, _is_product, machine.PROFILED_CALLS)
 
 
@@ -210,13 +198,7 @@ def _xla_op_profile(call) -> dict | None:
     runtime ran it (its thunks' trace events), a product being a dot, or a fusion around one, in the optimized program
     XLA wrote for the step (`_program_kinds`); the loops' own thunks left out (their bodies' ops are counted). None
     where the program was not written."""
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as folder:
-        with _profiling(folder):
-            for _ in range(machine.PROFILED_CALLS):
-                call()
-        thunk_us = _thunk_us(folder)
+    thunk_us = _traced(call, _thunk_us)
     kinds = {module: _program_kinds(module, set(ops)) for module, ops in thunk_us.items()}
     if not thunk_us or None in kinds.values():
         return None
@@ -224,22 +206,27 @@ def _xla_op_profile(call) -> dict | None:
     return machine.op_split(self_us, lambda key: kinds[key[0]][key[1]] == "product", machine.PROFILED_CALLS)
 
 
-@contextlib.contextmanager
-def _profiling(folder: str):
-    """The backend's profiler, writing its trace under `folder` while the block runs."""
+def _traced(call, read):
+    """`read(folder)` of the trace the backend's profiler writes into a temporary `folder` over machine.PROFILED_CALLS
+    calls of `call`."""
+    import tempfile
+
     if backend() == "jax":
         import jax
 
-        start, stop = (lambda: jax.profiler.start_trace(folder)), jax.profiler.stop_trace
+        start, stop = jax.profiler.start_trace, jax.profiler.stop_trace
     else:
         import tensorflow as tf
 
-        start, stop = (lambda: tf.profiler.experimental.start(folder)), tf.profiler.experimental.stop
-    start()
-    try:
-        yield
-    finally:
-        stop()
+        start, stop = tf.profiler.experimental.start, tf.profiler.experimental.stop
+    with tempfile.TemporaryDirectory() as folder:
+        start(folder)
+        try:
+            for _ in range(machine.PROFILED_CALLS):
+                call()
+        finally:
+            stop()
+        return read(folder)
 
 
 def _thunk_us(folder: str) -> dict[str, dict[str, float]]:

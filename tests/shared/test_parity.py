@@ -26,8 +26,6 @@ ONE_STACK_MEMBERS = {
     # Keras's GRU multiplies each step's inputs inside its loop; ours's encoder projects them once (torch's nn.GRU does
     # natively), chosen in the model's `encode` (document 001's models choose in their shared base class, in both stacks)
     ("models/bahdanau_bigru.py", "Seq2Seq"): {"method encode"},
-    # Keras on JAX: ours of the dot score decodes as the listing (catalogue `listing_on`)
-    ("models/luong.py", "Model"): {"method decodes_as_written"},  # ours's encoder GRU projects its inputs once, as above
     # Keras on JAX jits greedy decoding's encoder and step (torch runs them eagerly)
     ("models/seq2seq.py", "Seq2SeqBase"): {"method inference_steps"},
     ("train.py", "Trainer"): {"method _forward_loss", "method _update_step", "self._forward", "self._update",

@@ -12,7 +12,6 @@ import keras
 from keras import ops
 
 from shared.core.taps import CONTEXT_VECTORS, SOURCE_EMBEDDINGS, TARGET_EMBEDDINGS, tap
-from tf_impl.keras_compat import backends
 from tf_impl.keras_compat.layers import TorchLSTM
 from tf_impl.models.seq2seq import Seq2SeqBase, masked_softmax, run_rnn
 
@@ -163,12 +162,6 @@ class Model(Seq2SeqBase):
 
     def project(self, features):
         return self.decoder.fc(features)  # [..., V]
-
-    def decodes_as_written(self) -> bool:
-        """Ours of the dot score on JAX decodes as the listing (catalogue `listing_on`): with the output layer and the
-        LSTMs' inputs projected per step there, it has nothing to hoist."""
-        dot_on_jax = self.decoder.attention.score_fn == "dot" and backends.products_per_step()
-        return self.as_written or dot_on_jax
 
     def decode_teacher_forced(self, tgt_in, hidden, memory, training=False):
         # [B, T, H], [B, T, S]

@@ -11,6 +11,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from shared import catalogue
 from shared.core.taps import ATTENTION_SCORES, ENCODER_OUTPUTS, ENCODER_STATE, is_recording, tap
 from tf_impl.fitting import KerasInputs
 from tf_impl.keras_compat import backends
@@ -232,8 +233,9 @@ class Seq2SeqBase(KerasInputs, CatalogueModel, keras.Model):
 
     def decodes_as_written(self) -> bool:
         """Whether every input known still decodes step by step as the listing: as written, and where ours has nothing
-        left to hoist on this backend (catalogue `listing_on`)."""
-        return self.as_written
+        left to hoist on this Keras backend (the catalogue entry's `listing_on`: luong_dot on JAX)."""
+        spec = catalogue.CATALOGUE.get(getattr(self, "rosetta_name", ""))
+        return self.as_written or (spec is not None and backends.name() in spec.listing_on)
 
     def decode_teacher_forced(self, tgt_in, hidden, memory, training=False):
         """Every input known: the loop computes features only; the output layer runs once after it."""
