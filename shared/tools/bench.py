@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import hashlib
 import json
 import os
 import platform
@@ -432,14 +433,21 @@ def _warm_case(bench, case: Case, profile: Profile, device: str) -> tuple:
     return (
         call,
         warm,
-        {**measured, "ops": _ops(bench, case, arrays), **_compiled_cost(bench, case, arrays), **_op_times(bench, case, call)},
+        {
+            **measured,
+            "ops": _ops(bench, case, arrays),
+            **_compiled_cost(bench, case, arrays),
+            **_op_times(bench, case, call, device),
+        },
     )
 
 
-def _op_times(bench, case: Case, call) -> dict:
+def _op_times(bench, case: Case, call, device: str) -> dict:
     """Where a train step's time goes at the document's sizes, by the stack's profiler (`op_profile`: `product_ms`,
-    `other_ms` a call: torch eager, tf.function, XLA on TensorFlow and on JAX); {} for other cases."""
-    if case.task != "train_step" or case.sweep != "document":
+    `other_ms` a call: torch eager, tf.function, XLA on TensorFlow and on JAX); {} for other cases. On the CPU only:
+    each profile reads the host's ops (torch's and TensorFlow's CPU ops, XLA's CPU runtime), which on a GPU would be
+    the launches, not the work."""
+    if case.task != "train_step" or case.sweep != "document" or device != "cpu":
         return {}
     return bench.op_profile(call, case.mode) or {}
 
@@ -519,7 +527,7 @@ def restrict(profile: Profile, models=None, modes=None) -> Profile:
         if unknown:
             raise ValueError(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(catalogue.built())}")
         sweep = tuple(m for m in profile.sweep_models if m in models)
-        profile = dataclasses.replace(profile, models=tuple(models), sweep_models=sweep, tag=profile.tag + "-" + "-".join(models))
+        profile = dataclasses.replace(profile, models=tuple(models), sweep_models=sweep, tag=profile.tag + _models_tag(models))
     if modes:
         unknown = sorted(set(modes) - set(ALL_MODES))
         if unknown:
@@ -572,6 +580,18 @@ def result_path(results_dir, environment: dict) -> Path:
     stack = catalogue.stack_label(environment["stack"], environment.get("backend"))
     name = f"{stack}-{environment['device']}-t{environment['threads']}-{environment['profile']}"
     return Path(results_dir) / environment["machine"] / f"{name}{environment.get('part', '')}.json"
+
+
+MODELS_TAG_CHARS = 120  # a result file's name lists its models up to this long (a file name holds 255 bytes)
+
+
+def _models_tag(models) -> str:
+    """The part of a result file's name that says which models it holds: their names, or where they would make the
+    name too long for a file system (every model named: 200 characters), their count and a digest of their names."""
+    joined = "-".join(models)
+    if len(joined) <= MODELS_TAG_CHARS:
+        return "-" + joined
+    return f"-{len(models)}-models-{hashlib.sha1(joined.encode()).hexdigest()[:8]}"
 
 
 def _names(text: str | None) -> list[str] | None:

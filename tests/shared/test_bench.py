@@ -235,6 +235,35 @@ def test_machine_slug_and_result_path():
     assert bench.result_path("r", environment).as_posix() == "r/cpu-x-2c/tf-cpu-t2-default.json"
 
 
+def test_a_run_of_every_model_named_in_turn_gets_a_file_name_a_file_system_takes(tmp_path):
+    """A GPU lease's torch bench of all thirteen models, listed in the order to time them, died at its first write
+    (OSError: File name too long): the name listed them all. A long list is named by its count and a digest; a short
+    one keeps its names. Negative control: the names joined make a partial file's name past 255 bytes."""
+    every = list(reversed(catalogue.built()))  # every model, in an order of the user's
+    environment = {"machine": "gpu-x", "stack": "torch", "device": "gpu", "threads": 8, "profile": "headline"}
+    profile = bench.restrict(bench.get_profile("headline"), every, ["eager", "cudagraph"])
+    partial = bench.partial_path(bench.result_path(tmp_path, {**environment, "part": profile.tag}))
+    assert len(partial.name) < 255 and f"-{len(every)}-models-" in partial.name
+    partial.parent.mkdir()
+    partial.write_text("{}")  # the file system takes it
+    other = bench.restrict(bench.get_profile("headline"), every[1:] + every[:1], ["eager", "cudagraph"])
+    assert other.tag != profile.tag  # another order is another run
+    assert bench.restrict(bench.get_profile("headline"), ["luong_dot", "reverse_rnn"]).tag == "-luong_dot-reverse_rnn"
+    assert len(f"torch-gpu-t8-headline-{'-'.join(every)}-eager-cudagraph.json.partial") > 255
+
+
+def test_a_gpu_case_is_not_profiled_where_a_cpu_case_is():
+    """The op profiles read the host's ops (torch's and TensorFlow's CPU ops, XLA's CPU runtime): on a GPU they would
+    be the launches, not the work, so a GPU row carries none. Negative control: the same case on the CPU is profiled."""
+    import types
+
+    profiled = []
+    stack = types.SimpleNamespace(op_profile=lambda call, mode: profiled.append(mode) or {"product_ms": 1.0, "other_ms": 2.0})
+    case = bench.Case("reverse_bahdanau", "train_step", "ours", "xla", "document", bench.document_sizes("reverse_bahdanau"))
+    assert bench._op_times(stack, case, call=None, device="gpu") == {} and profiled == []
+    assert bench._op_times(stack, case, call=None, device="cpu") == {"product_ms": 1.0, "other_ms": 2.0}
+
+
 def test_a_cpu_sold_under_a_bare_name_is_told_apart_by_its_family_and_model():
     """Two virtual hosts both named "AMD EPYC" (a Zen 3 with AVX2 and a faster one) get two result folders; a name with
     a part number is kept as it is; the bare name alone (negative control) would put both in one folder."""
