@@ -147,3 +147,56 @@ def test_negative_control_the_textbook_exp_form_overflows_to_nan_where_energy_ta
     textbook = lambda x: (torch.exp(2 * x) - 1) / (torch.exp(2 * x) + 1)  # noqa: E731
     values, _ = _tanh_and_gradient(textbook, torch.float32, compile_it=True)
     assert not torch.isfinite(values).all()
+
+
+def _compiled_graphs(function, *args) -> tuple[object, list[str]]:
+    """`function(*args)` under torch.compile on the CPU, and the code of the graphs Dynamo handed its backend."""
+    torch._dynamo.reset()
+    codes = []
+
+    def backend(graph, example_inputs):
+        codes.append(graph.code)
+        return graph.forward
+
+    return torch.compile(function, backend=backend, fullgraph=True)(*args), codes
+
+
+def test_compiled_ours_looks_up_its_projected_table_by_a_one_hot_product_to_the_lookups_values_and_gradient():
+    """`table_rows`: Inductor's CPU backward of an embedding lookup is a slow scatter; compiled, the lookup is a one-hot
+    product (its backward a product too), with the lookup's values and the table's gradient. Negative control: eagerly
+    it is F.embedding itself, and the compiled graph holds no embedding."""
+    from torch_impl.inductor_ops import table_rows
+
+    generator = torch.Generator().manual_seed(0)
+    table = torch.randn(20, 12, dtype=torch.float64, generator=generator).requires_grad_()  # [V, D]
+    ids = torch.randint(0, 20, (4, 6), generator=generator)  # [B, T]
+    weights = torch.randn(4, 6, 12, dtype=torch.float64, generator=generator)  # [B, T, D]
+
+    def weighted(lookup):
+        (gradient,) = torch.autograd.grad((lookup * weights).sum(), table)
+        return lookup.detach(), gradient
+
+    rows, codes = _compiled_graphs(table_rows, table, ids)
+    assert any("one_hot" in code for code in codes) and not any("embedding" in code for code in codes)
+    expected = weighted(torch.nn.functional.embedding(ids, table))
+    for got, want in zip(weighted(rows), expected, strict=True):
+        assert_close(got.numpy(), want.numpy(), 1e-15, what="compiled table_rows")
+    assert torch.equal(table_rows(table, ids), torch.nn.functional.embedding(ids, table))
+
+
+def test_compiled_a_bahdanau_step_reads_its_state_in_one_product_and_eagerly_leaves_the_gates_to_the_cell():
+    """`StateProducts`: compiled, the query and the GRU's hidden gates come from one product with the two weights
+    stacked (the graph holds one linear), and equal the two products apart. Negative control: eagerly it gives the
+    query alone (the gates are torch's own cell's)."""
+    from torch_impl.inductor_ops import StateProducts
+
+    generator = torch.Generator().manual_seed(0)
+    weights = [torch.randn(*shape, dtype=torch.float64, generator=generator) for shape in ((5, 4), (5,), (9, 4), (9,))]
+    query_weight, query_bias, hidden_weight, hidden_bias = weights  # [A, H], [A], [3H, H], [3H]
+    state = torch.randn(3, 4, dtype=torch.float64, generator=generator)  # [B, H]
+    (query, hidden_share), codes = _compiled_graphs(lambda s: StateProducts(*weights)(s), state)
+    assert sum(code.count("torch._C._nn.linear") for code in codes) == 1
+    assert_close(query.numpy(), torch.nn.functional.linear(state, query_weight, query_bias).numpy(), 1e-15, what="query")
+    assert_close(hidden_share.numpy(), torch.nn.functional.linear(state, hidden_weight, hidden_bias).numpy(), 1e-15, what="gates")
+    eager_query, eager_share = StateProducts(*weights)(state)
+    assert eager_share is None and torch.equal(eager_query, torch.nn.functional.linear(state, query_weight, query_bias))
