@@ -7,6 +7,11 @@ import torch
 import torch.nn.functional as F
 
 
+def traced_for_cpu(tensor: torch.Tensor) -> bool:
+    """Whether torch.compile is tracing code that runs on the CPU, where Inductor's code takes the forms below."""
+    return torch.compiler.is_compiling() and tensor.device.type == "cpu"
+
+
 class _ExpTanh(torch.autograd.Function):
     """tanh as `1 - 2 / (exp(2x) + 1)`, its backward tanh's own `g (1 - y^2)` from the saved output."""
 
@@ -30,7 +35,7 @@ def energy_tanh(energy: torch.Tensor) -> torch.Tensor:
     additive_attention 3.45 -> 3.21 ms (1.52x -> 1.63x over as written), reverse_bahdanau 1%. The same function to a
     few float32 ulps (1.8e-7 at most on N(0, 1) inputs) and 1e-16 in float64, saturating exactly (exp's inf gives 1):
     a compiled train step still updates as eager to 1e-12 (tests/torch/test_torch_compile.py)."""
-    if torch.compiler.is_compiling() and energy.device.type == "cpu":
+    if traced_for_cpu(energy):
         return _ExpTanh.apply(energy)
     return torch.tanh(energy)
 
@@ -40,7 +45,7 @@ def table_rows(table: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     on a GPU; traced by torch.compile on the CPU, a one-hot product, whose backward is one product too. Inductor's CPU
     backward of the lookup, a scatter of the `[B, T, D]` gradient onto the table's rows, took 430 us of
     reverse_bahdanau_concat's 6.5 ms compiled step (`[32, 10]` ids into a `[20, 384]` table, 2 threads)."""
-    if torch.compiler.is_compiling() and table.device.type == "cpu":
+    if traced_for_cpu(table):
         return torch.matmul(F.one_hot(ids, table.shape[0]).to(table.dtype), table)  # [..., V] @ [V, D]
     return F.embedding(ids, table)
 
@@ -53,6 +58,7 @@ class StateProducts:
 
     def __init__(self, query_weight, query_bias, hidden_weight, hidden_bias):
         self.query_weight, self.query_bias, self.merged = query_weight, query_bias, torch.compiler.is_compiling()
+        self.sizes = [query_weight.shape[0], hidden_weight.shape[0]]  # A, 3H
         if self.merged:
             self.weight = torch.cat([query_weight, hidden_weight])  # [A + 3H, H]
             self.bias = torch.cat([query_bias, hidden_bias])  # [A + 3H]
@@ -60,7 +66,5 @@ class StateProducts:
     def __call__(self, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         if not self.merged:
             return F.linear(state, self.query_weight, self.query_bias), None  # [B, A]
-        query, hidden_share = F.linear(state, self.weight, self.bias).split(
-            [self.query_weight.shape[0], self.weight.shape[0] - self.query_weight.shape[0]], dim=1
-        )
-        return query, hidden_share  # [B, A], [B, 3H]
+        query, hidden_share = F.linear(state, self.weight, self.bias).split(self.sizes, dim=1)  # [B, A], [B, 3H]
+        return query, hidden_share
