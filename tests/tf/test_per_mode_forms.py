@@ -1,9 +1,10 @@
 """The forms ours's document 001 models take by mode in Keras (tf_impl/models/reverse_task.py). One decoder step's
 context (`attention_context`): a broadcast product and a sum outside XLA (TensorFlow's batched product of one row per
-example costs more there), the batched product under XLA (whose CPU code runs it faster than the sum), there over the
-encoder outputs already projected by the GRU's context kernel (one product a step fewer). The Luong concat model's
-scores of every step (`additive_scores`): `v`'s product outside XLA, a multiply and a sum under it. Each form computes
-what the other does, a train step takes the form of its mode, and the XLA forms compute the listing, taps included."""
+example costs more there), the batched product under XLA (whose CPU code runs it faster than the sum), under
+TensorFlow's over the encoder outputs already projected by the GRU's context kernel (one product a step fewer). The
+Luong concat model's scores of every step (`additive_scores`): `v`'s product outside XLA, a multiply and a sum under it.
+Each form computes what the other does, a train step takes the form of its mode, and the XLA forms compute the listing,
+taps included."""
 
 from __future__ import annotations
 

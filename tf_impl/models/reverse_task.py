@@ -13,6 +13,7 @@ from keras import ops
 
 from shared.core.taps import CONTEXT_VECTORS, ENCODER_OUTPUTS, ENCODER_STATE, SOURCE_EMBEDDINGS, TARGET_EMBEDDINGS, tap
 from tf_impl.fitting import KerasInputs
+from tf_impl.keras_compat import backends
 from tf_impl.keras_compat.layers import torch_gru, torch_rnn
 from tf_impl.keras_compat.serializable import CatalogueModel
 from tf_impl.models.seq2seq import gru_cell, masked_softmax, over_time, run_gru
@@ -106,11 +107,11 @@ class BahdanauReverseTask(ReverseTaskBase):
         are linear (no dropout between them), and V (20) < B T (320). The context's weights are sliced once,
         outside the loop, and every per-step piece comes from a split or an unstack, never a slice: a slice's gradient
         zero-fills its whole source (a weight, the state's product, the `[B, T, 3H]` inputs) in each step's backward,
-        a split's is one concatenation (tf.function: 1.29x -> 1.57x over as written). Under XLA (TensorFlow's, JAX's
-        jit) the context enters the gates as `probs (enc_out kernel[E:])`, the encoder outputs projected once before
-        the loop, where a tf.function takes `(probs enc_out) kernel[E:]` faster: one product a step fewer, forward and
-        back (TensorFlow's XLA, side by side: reverse_bahdanau 8.91 -> 8.27 ms; in a tf.function 11.6 -> 14.4 ms; JAX
-        even)."""
+        a split's is one concatenation (tf.function: 1.29x -> 1.57x over as written). Under TensorFlow's XLA the context
+        enters the gates as `probs (enc_out kernel[E:])`, the encoder outputs projected once before the loop, where a
+        tf.function takes `(probs enc_out) kernel[E:]` faster: one product a step fewer, forward and back (side by side:
+        reverse_bahdanau 8.91 -> 8.27 ms under XLA, 11.6 -> 14.4 ms in a tf.function). JAX, which takes a product per
+        step (`backends.products_per_step`), keeps them: 8.20 -> 8.36 ms for reverse_bahdanau_concat."""
         tap(TARGET_EMBEDDINGS, self.dec_embeddings(dec_inputs))  # [B, T, E] for the taps; no gradient flows from it
         keys = self.keys(enc_out)  # [B, S, A]
         E, A, cell = self.embedding_dim, keys.shape[2], self.decoder.cell
@@ -121,12 +122,13 @@ class BahdanauReverseTask(ReverseTaskBase):
         state_bias = ops.concatenate([query_bias, cell.bias[1]], axis=0)  # [A + 3H]
         context_kernel = cell.kernel[E:]  # [H, 3H]
         compiled = self.jit_compile is True  # Keras's XLA: TensorFlow's xla mode, JAX's jit
-        context_values = ops.matmul(enc_out, context_kernel) if compiled else None  # [B, S, 3H]
+        projected = compiled and not backends.products_per_step()  # TensorFlow's XLA
+        context_values = ops.matmul(enc_out, context_kernel) if projected else None  # [B, S, 3H]
 
         def context_share(probs):  # [B, S] -> the context's share of the gates [B, 3H]
-            if compiled:
+            if projected:
                 return attention_context(probs, context_values, compiled=True)  # [B, S] over [B, S, 3H]
-            context_vector = tap(CONTEXT_VECTORS, attention_context(probs, enc_out, compiled=False))  # [B, H]
+            context_vector = tap(CONTEXT_VECTORS, attention_context(probs, enc_out, compiled))  # [B, H]
             return ops.matmul(context_vector, context_kernel)  # [B, H] @ [H, 3H]
 
         def step(state, emb_share_t):  # s_{t-1}: [B, H]
@@ -137,7 +139,7 @@ class BahdanauReverseTask(ReverseTaskBase):
             return state, (state, probs)
 
         _, (states, attention) = over_time(step, enc_hidden, emb_share)  # [B, T, H], [B, T, S]
-        if compiled:  # the context vectors, for the taps only: nothing reads them, so XLA drops them
+        if projected:  # the context vectors, for the taps only: nothing reads them, so XLA drops them
             tap(CONTEXT_VECTORS, ops.matmul(attention, enc_out))  # [B, T, S] @ [B, S, H] -> [B, T, H]
         return self.output_layer(states), attention  # [B, T, V], [B, T, S]
 
