@@ -245,8 +245,7 @@ class ConcatScore:
     def keys(self, enc_out):
         return ops.matmul(enc_out, self.W_a.kernel[self.hidden_size :]) + self.W_a.bias  # [B, S, A]
 
-    def scores(self, keys, states):
-        """Every decoder step's scores at once (the Luong model's; under XLA summed over A, `additive_scores`)."""
+    def scores(self, keys, states):  # every decoder step's at once (the Luong model's): under XLA summed over A
         queries = ops.matmul(states, self.W_a.kernel[: self.hidden_size])  # [B, T, A]
         return additive_scores(self.v, keys, queries, summed=self.jit_compile is True)  # [B, T, S]
 
