@@ -140,25 +140,16 @@ def _scanned_and_unrolled(make_layer, monkeypatch, inputs, mask) -> list[list[np
 
 
 @pytest.mark.skipif(BACKEND != "jax", reason="JAX only: the backend that takes a product per step under XLA")
-def test_a_jitted_bahdanau_step_on_jax_takes_its_context_over_the_encoder_outputs(monkeypatch):
+def test_a_jitted_bahdanau_step_on_jax_takes_its_context_over_the_encoder_outputs():
     """Under TensorFlow's XLA ours's Bahdanau step takes its context's share of the gates over the encoder outputs
     projected once before the loop (tests/tf/test_per_mode_forms.py); JAX, which takes a product per step
     (`backends.products_per_step`), keeps the batched product over `enc_out [B, S, H]` and the context kernel's product
     a step. A jitted train step here records that form, and its update equals torch's (test_stacks_agree). Negative
     control: TensorFlow's form would record `3 H` wide values."""
-    from shared.verify.training import fixture_batches, fixture_trainer
-    from tf_impl.models import reverse_task
+    from tests.tf.test_per_mode_forms import context_form, step_forms
 
-    seen, real = [], reverse_task.attention_context
-
-    def record(probs, values, compiled=False):
-        seen.append((compiled, values.shape[-1]))
-        return real(probs, values, compiled)
-
-    monkeypatch.setattr(reverse_task, "attention_context", record)
-    trainer = fixture_trainer(tf_impl, "reverse_bahdanau", "float32", EQUALITY_SPEC, mode="xla")
-    trainer.step(next(fixture_batches("reverse_bahdanau", 1)))
-    assert seen and set(seen) == {(True, trainer.model.hidden_size)}, set(seen)
+    seen, trainer = step_forms("reverse_bahdanau", "xla", "attention_context", context_form)
+    assert seen == {(True, trainer.model.hidden_size)}, seen
 
 
 # inputs [B, S, I] and a mask [B, S] of rows 6, 3 and 1 steps long

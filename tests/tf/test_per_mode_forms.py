@@ -24,27 +24,38 @@ def test_each_form_is_the_weighted_sum_of_the_values(compiled):
     assert_close(np.asarray(attention_context(probs, values, compiled)), expected, 1e-15, what=f"compiled={compiled}")
 
 
-def test_a_tf_function_step_takes_the_sum_and_an_xla_step_the_product_over_projected_values(monkeypatch):
-    """Keras's `jit_compile` says which: a tf.function's step (the mode whose target this form met) runs the sum over
-    the encoder outputs `[B, S, H]`, an XLA step the product over their share of the gates `[B, S, 3H]`. Negative
-    control: a model that took one form in every mode records the same (flag, width) for both."""
+def step_forms(name: str, mode: str, function_name: str, form) -> tuple[set, object]:
+    """The forms one fixture-size train step of `name` in `mode` takes, each call of tf_impl.models.reverse_task's
+    `function_name` in it recorded as `form(*its arguments)`; and the trainer that ran it."""
     import tf_impl
     from shared.verify.training import EQUALITY_SPEC, fixture_batches, fixture_trainer
     from tf_impl.models import reverse_task
 
-    seen, real = [], reverse_task.attention_context
+    seen, real = [], getattr(reverse_task, function_name)
 
-    def record(probs, values, compiled=False):
-        seen.append((compiled, values.shape[-1]))
-        return real(probs, values, compiled)
+    def recording(*args, **kwargs):
+        seen.append(form(*args, **kwargs))
+        return real(*args, **kwargs)
 
-    monkeypatch.setattr(reverse_task, "attention_context", record)
-    batch = next(fixture_batches("reverse_bahdanau", 1))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(reverse_task, function_name, recording)
+        trainer = fixture_trainer(tf_impl, name, "float32", EQUALITY_SPEC, mode=mode)
+        trainer.step(next(fixture_batches(name, 1)))
+    return set(seen), trainer
+
+
+def context_form(probs, values, compiled=False) -> tuple[bool, int]:
+    """An `attention_context` call's form: whether it took XLA's product, and how wide its values are."""
+    return compiled, values.shape[-1]
+
+
+def test_a_tf_function_step_takes_the_sum_and_an_xla_step_the_product_over_projected_values():
+    """Keras's `jit_compile` says which: a tf.function's step (the mode whose target this form met) runs the sum over
+    the encoder outputs `[B, S, H]`, an XLA step the product over their share of the gates `[B, S, 3H]`. Negative
+    control: a model that took one form in every mode records the same (flag, width) for both."""
     for mode, compiled, gates in (("function", False, 1), ("xla", True, 3)):
-        seen.clear()
-        trainer = fixture_trainer(tf_impl, "reverse_bahdanau", "float32", EQUALITY_SPEC, mode=mode)
-        trainer.step(batch)
-        assert seen and set(seen) == {(compiled, gates * trainer.model.hidden_size)}, f"{mode}: {set(seen)}"
+        seen, trainer = step_forms("reverse_bahdanau", mode, "attention_context", context_form)
+        assert seen == {(compiled, gates * trainer.model.hidden_size)}, f"{mode}: {seen}"
 
 
 @pytest.mark.parametrize("summed", [False, True])
@@ -63,26 +74,13 @@ def test_each_form_of_the_additive_scores_is_v_dot_tanh(summed):
 
 
 @pytest.mark.parametrize(("name", "xla_sums"), [("reverse_luong_concat", True), ("reverse_bahdanau", False)])
-def test_an_xla_step_sums_the_luong_concat_scores_of_every_step(monkeypatch, name, xla_sums):
+def test_an_xla_step_sums_the_luong_concat_scores_of_every_step(name, xla_sums):
     """Under XLA the Luong concat model's scores of every step at once are a sum over A, in a tf.function `v`'s
     product; a Bahdanau decoder's scores of one step are the product in both modes (JAX's XLA takes its sum slower).
     Negative control: a model that took one form in every mode records the same flag for both."""
-    import tf_impl
-    from shared.verify.training import EQUALITY_SPEC, fixture_batches, fixture_trainer
-    from tf_impl.models import reverse_task
-
-    seen, real = [], reverse_task.additive_scores
-
-    def record(v, keys, queries, summed=False):
-        seen.append(summed)
-        return real(v, keys, queries, summed)
-
-    monkeypatch.setattr(reverse_task, "additive_scores", record)
-    batch = next(fixture_batches(name, 1))
     for mode, summed in (("function", False), ("xla", xla_sums)):
-        seen.clear()
-        fixture_trainer(tf_impl, name, "float32", EQUALITY_SPEC, mode=mode).step(batch)
-        assert seen and set(seen) == {summed}, f"{name} {mode}: {set(seen)}"
+        seen, _ = step_forms(name, mode, "additive_scores", lambda v, keys, queries, summed=False: summed)
+        assert seen == {summed}, f"{name} {mode}: {seen}"
 
 
 def _xla_form(model):

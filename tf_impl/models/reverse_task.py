@@ -11,7 +11,15 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from shared.core.taps import CONTEXT_VECTORS, ENCODER_OUTPUTS, ENCODER_STATE, SOURCE_EMBEDDINGS, TARGET_EMBEDDINGS, tap
+from shared.core.taps import (
+    CONTEXT_VECTORS,
+    ENCODER_OUTPUTS,
+    ENCODER_STATE,
+    SOURCE_EMBEDDINGS,
+    TARGET_EMBEDDINGS,
+    is_recording,
+    tap,
+)
 from tf_impl.fitting import KerasInputs
 from tf_impl.keras_compat import backends
 from tf_impl.keras_compat.layers import torch_gru, torch_rnn
@@ -139,7 +147,7 @@ class BahdanauReverseTask(ReverseTaskBase):
             return state, (state, probs)
 
         _, (states, attention) = over_time(step, enc_hidden, emb_share)  # [B, T, H], [B, T, S]
-        if projected:  # the context vectors, for the taps only: nothing reads them, so XLA drops them
+        if projected and is_recording():  # the context vectors, which the taps alone read
             tap(CONTEXT_VECTORS, ops.matmul(attention, enc_out))  # [B, T, S] @ [B, S, H] -> [B, T, H]
         return self.output_layer(states), attention  # [B, T, V], [B, T, S]
 
