@@ -225,9 +225,10 @@ def test_floors_at_other_lengths_than_the_documents_count_only_where_none_were_t
 
 def test_each_cpu_machine_gets_its_own_rows_below_the_target_and_the_headline_names_its_own(tmp_path, inputs):
     """A second CPU machine (fewer models: not the headline's) where reverse_bahdanau's torch compile is a target appears
-    in the table under its name; the headline's sentence names the targets of its own machine only."""
+    in the table under its name and the commit and day it ran (an older commit than the headline's: negative control,
+    the headline machine's row names its own); the headline's sentence names the targets of its own machine only."""
     _add_floors(inputs, (10, 11))  # on the headline's machine torch compile is bounded, TF XLA a target
-    other = {**CPU, "machine": "cpu-other-2c", "stack": "torch"}
+    other = {**CPU, "machine": "cpu-other-2c", "stack": "torch", "commit": "0ld0001", "created": "2026-11-20T09:00:00Z"}
     rows = [_row("reverse_bahdanau", "torch", "compile", impl, ms) for impl, ms in (("ours", 5.0), ("as_written", 6.0))]
     _write_json(inputs["results_dir"] / "cpu-other-2c" / "torch.json", {"schema": 1, "environment": other, "rows": rows})
     result, readme = _report(tmp_path, inputs)
@@ -235,6 +236,8 @@ def test_each_cpu_machine_gets_its_own_rows_below_the_target_and_the_headline_na
     assert list(below["machine"].drop_duplicates()) == [CPU["machine"], "cpu-other-2c"]  # the headline's first
     elsewhere = _pick(below, machine="cpu-other-2c", model="reverse_bahdanau")
     assert (elsewhere["floor sizes"], elsewhere["verdict"]) == ("-", "target")  # no floor there: the FLOP ceiling
+    assert elsewhere["measured at"] == "0ld0001 2026-11-20"
+    assert _pick(below, machine=CPU["machine"], model="reverse_bahdanau", mode="xla")["measured at"] == "abc1234 2026-11-22"
     assert "(targets): reverse_bahdanau (1.17x TF xla, ceiling after floor 1.75x)." in readme  # not the other's 1.20x
 
 

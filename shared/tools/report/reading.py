@@ -123,13 +123,18 @@ def _row_problem(row) -> str | None:
 
 
 def _record(row: dict, environment: dict, name: str) -> dict:
-    """One row, flat, with its file's machine, matmul peak and creation time."""
+    """One row, flat, with its file's machine, matmul peak, creation time and commit."""
     record = {key: row.get(key) for key in (*ROW_FIELDS, *NUMBER_FIELDS)}
     record.update({key: int(row[key]) for key in INTEGER_FIELDS}, error=None if row.get("error") is None else str(row["error"]))
     record.update(disturbed=str(row.get("disturbed") or "") if "others_busy" in row else None, ran=path_text(row.get("path")))
     peak, profile = environment.get("matmul_gflops"), environment.get("profile")
     record.update(machine=environment["machine"], profile=str(profile or "-"), matmul_gflops=peak if is_number(peak) else None)
-    return {**record, "created": str(environment.get("created") or ""), "file": name}
+    return {
+        **record,
+        "created": str(environment.get("created") or ""),
+        "commit": str(environment.get("commit") or "-"),
+        "file": name,
+    }
 
 
 def path_text(path) -> str | None:

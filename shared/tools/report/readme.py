@@ -216,8 +216,10 @@ def _below_target(tables: Tables) -> list[str]:
         "",
         f"Every mode where ours is below {SPEEDUP_TARGET}x over the listing although the FLOP ceiling is "
         f"{SPEEDUP_TARGET}x or more (below it, the headline's FLOP ceiling bounds the ratio), in the headline's setting, "
-        "then on each other CPU machine at its most threads. ratio q25-q75: the quartiles of the round-by-round ratio "
-        "(- for runs before 2026-11-27). The FLOP ceiling is as-written FLOPs / ours: torch's count "
+        "then on each other CPU machine at its most threads. measured at: the commit and day of ours's row (another "
+        "machine's rows may predate the headline's commit: a mode below the target there may have been met since, "
+        "untimed there). ratio q25-q75: the quartiles of the round-by-round ratio (- for runs before 2026-11-27). "
+        "The FLOP ceiling is as-written FLOPs / ours: torch's count "
         "of the products, or where the compiler reports its own cost (counted by: XLA, compiled; Keras on JAX, jitted) "
         "the compiled train steps', every op after XLA's rewrites (a product the listing repeats, merged; counted by: XLA, "
         "compiled products: TensorFlow's XLA, the products of its optimized program alone); bytes ratio: "

@@ -29,7 +29,7 @@ NUMBER_FIELDS = ("median_ms", "q25_ms", "q75_ms", "min_ms", "repeats", "calls_pe
                  "peak_mem_mb", "gflop", "ops", "compiled_gflop", "compiled_mb", "compiled_product_gflop",
                  "product_ms", "other_ms",
                  "paired_speedup", "paired_speedup_q25", "paired_speedup_q75")  # fmt: skip
-FILE_FIELDS = ("machine", "profile", "matmul_gflops", "created", "file")  # taken from the row's file
+FILE_FIELDS = ("machine", "profile", "matmul_gflops", "created", "commit", "file")  # taken from the row's file
 # what a row says of its own measurement: why it is disturbed ("" when it is not, None in files before the load was
 # measured) and which path ran (shared.tools.bench's `path`, as text)
 RUN_NOTES = ("disturbed", "ran")

@@ -309,6 +309,7 @@ def _below_target_records(steps, ceilings: dict[str, float]) -> list[dict]:
             after_low = ceiling_after_floor(as_written["q25_ms"], floor["q75_ms"], ceiling, as_written_floor["q25_ms"])
             sibling_ceiling = as_written["median_ms"] / sibling["median_ms"]
             records.append({"machine": group["machine"].iloc[0], "model": name, "stack": LABELS[stack], "mode": mode,
+                            "measured at": _measured_at(group[group["impl"] == "ours"]),
                             "ours/as-written": ratio, "ratio q25-q75": _range_text(paired["q25"], paired["q75"]),
                             "FLOP ceiling": ceiling, "counted by": _counted_by(compiled),
                             "bytes ratio": compiled["compiled_mb"], "as-written ms": as_written["median_ms"],
@@ -381,6 +382,13 @@ def _sizes_label(rows) -> str:
 def sizes_text(batch: int, src_len: int, tgt_len: int) -> str:
     """A case's sizes as the report prints them: "32x10x10"."""
     return f"{batch}x{src_len}x{tgt_len}"
+
+
+def _measured_at(rows) -> str:
+    """The commit and day of the fastest of `rows` ("a1864cb 2026-11-28"): another machine's rows may come from an older
+    commit than the headline's, a mode below the target there from code changed since."""
+    fastest = rows.loc[rows["median_ms"].idxmin()]
+    return f"{fastest.get('commit') or '-'} {str(fastest.get('created') or '')[:10]}".strip()
 
 
 def _fastest(rows) -> dict:
