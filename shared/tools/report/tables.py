@@ -375,7 +375,7 @@ def _sizes_label(rows) -> str:
     """The sizes (BxSxT) of the fastest of `rows`; "-" where there is none."""
     if rows.empty:
         return "-"
-    fastest = rows.loc[rows["median_ms"].idxmin()]
+    fastest = _fastest_row(rows)
     return sizes_text(*(fastest[name] for name in SIZES))
 
 
@@ -387,7 +387,7 @@ def sizes_text(batch: int, src_len: int, tgt_len: int) -> str:
 def _measured_at(rows) -> str:
     """The commit and day of the fastest of `rows` ("a1864cb 2026-11-28"): another machine's rows may come from an older
     commit than the headline's, a mode below the target there from code changed since."""
-    fastest = rows.loc[rows["median_ms"].idxmin()]
+    fastest = _fastest_row(rows)
     return f"{fastest.get('commit') or '-'} {str(fastest.get('created') or '')[:10]}".strip()
 
 
@@ -395,7 +395,12 @@ def _fastest(rows) -> dict:
     """The median and quartiles (ms) of the fastest of `rows`; nan each where there is none."""
     if rows.empty:
         return dict.fromkeys(("median_ms", "q25_ms", "q75_ms"), math.nan)
-    return rows.loc[rows["median_ms"].idxmin(), ["median_ms", "q25_ms", "q75_ms"]].to_dict()
+    return _fastest_row(rows)[["median_ms", "q25_ms", "q75_ms"]].to_dict()
+
+
+def _fastest_row(rows):
+    """The row of `rows` with the lowest median."""
+    return rows.loc[rows["median_ms"].idxmin()]
 
 
 def _range_text(low: float, high: float) -> str:
@@ -431,7 +436,7 @@ def _best(rows) -> tuple[float, str | None]:
     ok = rows[rows["status"] == "ok"]
     if ok.empty:
         return math.nan, ("failed" if len(rows) else None)
-    best = ok.loc[ok["median_ms"].idxmin()]
+    best = _fastest_row(ok)
     return float(best["median_ms"]), best["mode"]
 
 
@@ -452,7 +457,7 @@ def _paired(rows) -> dict:
     ours = rows[(rows["status"] == "ok") & (rows["impl"] == "ours")].reindex(columns=["median_ms", *PAIRED])
     if ours.empty:
         return dict.fromkeys(PAIRED.values(), math.nan)
-    fastest = ours.loc[ours["median_ms"].idxmin()]
+    fastest = _fastest_row(ours)
     return {name: float(fastest[field]) for field, name in PAIRED.items()}
 
 
@@ -652,7 +657,7 @@ def overhead_table(table, rows):
             eager, ran = floor[(floor["stack"] == stack) & (floor["mode"] == "eager")], document[document["stack"] == stack]
             record[f"ops {LABELS[stack]}"] = ran["ops"].max()
             record[f"µs/op {LABELS[stack]}"] = 1000 * (eager["median_ms"] / eager["ops"]).min() if len(eager) else np.nan
-            record[f"GEMM GFLOP/s {LABELS[stack]}"] = ran.loc[ran["median_ms"].idxmin(), "matmul_gflops"] if len(ran) else np.nan
+            record[f"GEMM GFLOP/s {LABELS[stack]}"] = _fastest_row(ran)["matmul_gflops"] if len(ran) else np.nan
         records.append(record)
     return pd.DataFrame(records) if records else None
 
