@@ -156,16 +156,16 @@ def count_ops(name: str, impl: str, arrays: dict) -> int | None:
 
 
 def op_profile(call, mode: str) -> dict | None:
-    """The profiler over machine.PROFILED_CALLS calls of a case: the self time of the matrix products and of every
-    other op, in ms a call (`machine.op_split`). TensorFlow's in a tf.function (products: `MatMul`, `BatchMatMul`,
-    `Einsum` and oneDNN's forms of them); XLA's CPU runtime's in a compiled step, on TensorFlow and on JAX
-    (`_xla_op_profile`). None eagerly (TensorFlow's statistics give eager ops no time) and on Keras's torch backend."""
+    """The profiler over machine.PROFILED_CALLS calls of a case: the self time of the matrix products and of every other
+    op, in ms a call, and the products run (`machine.op_split`). TensorFlow's in a tf.function (products: `MatMul`,
+    `BatchMatMul`, `Einsum` and oneDNN's forms of them); XLA's CPU runtime's in a compiled step, on TensorFlow and on
+    JAX (`_xla_op_profile`). None eagerly (TensorFlow's statistics give eager ops no time) and on Keras's torch backend."""
     if mode == "xla" and backend() in TRAIN_STEP_PROGRAM:
         return _xla_op_profile(call)
     if mode != "function" or backend() != "tensorflow":
         return None
-    self_us = _traced(call, _framework_op_self_us)
-    return None if self_us is None else machine.op_split(self_us, _is_product, machine.PROFILED_CALLS)
+    ops = _traced(call, _framework_op_records)
+    return None if ops is None else machine.op_split(ops, _is_product, machine.PROFILED_CALLS)
 
 
 TRAIN_STEP_PROGRAM = {  # the XLA module of Keras's compiled train step, by backend (a regular expression)
@@ -198,12 +198,17 @@ def _xla_op_profile(call) -> dict | None:
     runtime ran it (its thunks' trace events), a product being a dot, or a fusion around one, in the optimized program
     XLA wrote for the step (`_program_kinds`); the loops' own thunks left out (their bodies' ops are counted). None
     where the program was not written."""
-    thunk_us = _traced(call, _thunk_us)
-    kinds = {module: _program_kinds(module, set(ops)) for module, ops in thunk_us.items()}
-    if not thunk_us or None in kinds.values():
+    thunks = _traced(call, _thunk_records)
+    kinds = {module: _program_kinds(module, set(ops)) for module, ops in thunks.items()}
+    if not thunks or None in kinds.values():
         return None
-    self_us = {(module, op): us for module, ops in thunk_us.items() for op, us in ops.items() if kinds[module][op] != "control"}
-    return machine.op_split(self_us, lambda key: kinds[key[0]][key[1]] == "product", machine.PROFILED_CALLS)
+    ops = {
+        (module, op): record
+        for module, records in thunks.items()
+        for op, record in records.items()
+        if kinds[module][op] != "control"
+    }
+    return machine.op_split(ops, lambda key: kinds[key[0]][key[1]] == "product", machine.PROFILED_CALLS)
 
 
 def _traced(call, read):
@@ -229,18 +234,19 @@ def _traced(call, read):
         return read(folder)
 
 
-def _thunk_us(folder: str) -> dict[str, dict[str, float]]:
-    """Time (us) per op of each train-step program (TRAIN_STEP_PROGRAM) in the trace under `folder`, by program: JAX's
-    trace events, or TensorFlow's XLA space (each event names its program and op)."""
+def _thunk_records(folder: str) -> dict[str, dict[str, tuple[float, int]]]:
+    """(time in us, runs) per op of each train-step program (TRAIN_STEP_PROGRAM) in the trace under `folder`, by
+    program: JAX's trace events, or TensorFlow's XLA space (each event names its program and op)."""
     from pathlib import Path
 
     pattern = re.compile(TRAIN_STEP_PROGRAM[backend()])
-    thunk_us: dict[str, dict[str, float]] = {}
+    records: dict[str, dict[str, tuple[float, int]]] = {}
     for module, op, us in _xla_op_events(Path(folder)):
         if pattern.match(module):
-            ops = thunk_us.setdefault(module, {})
-            ops[op] = ops.get(op, 0.0) + us
-    return thunk_us
+            ops = records.setdefault(module, {})
+            total_us, runs = ops.get(op, (0.0, 0))
+            ops[op] = (total_us + us, runs + 1)
+    return records
 
 
 def _xla_op_events(folder):
@@ -338,8 +344,8 @@ def _is_product(op_type: str) -> bool:
     return "MatMul" in op_type or "Einsum" in op_type
 
 
-def _framework_op_self_us(folder: str) -> dict[str, float] | None:
-    """Self time (us) per op type of the trace under `folder`, from TensorFlow's own conversion of it (the profiler
+def _framework_op_records(folder: str) -> dict[str, tuple[float, int]] | None:
+    """(self time in us, runs) per op type of the trace under `folder`, from TensorFlow's own conversion of it (the profiler
     plugin's framework op statistics; None where this TensorFlow lacks it). The idle time is left out."""
     import json
     from pathlib import Path
@@ -356,12 +362,13 @@ def _framework_op_self_us(folder: str) -> dict[str, float] | None:
         return None
     table = json.loads(data)[0]
     columns = [column["id"] for column in table["cols"]]
-    self_us: dict[str, float] = {}
+    records: dict[str, tuple[float, int]] = {}
     for row in table["rows"]:
         cells = dict(zip(columns, (cell.get("v") for cell in row["c"]), strict=True))
         if cells["type"] != "IDLE":
-            self_us[cells["type"]] = self_us.get(cells["type"], 0.0) + cells["total_self_time"]
-    return self_us
+            self_us, runs = records.get(cells["type"], (0.0, 0))
+            records[cells["type"]] = (self_us + cells["total_self_time"], runs + int(cells["occurrences"]))
+    return records
 
 
 def compiled_cost(name: str, task: str, impl: str, mode: str, arrays: dict) -> dict | None:

@@ -444,9 +444,9 @@ def _warm_case(bench, case: Case, profile: Profile, device: str) -> tuple:
 
 def _op_times(bench, case: Case, call, device: str) -> dict:
     """Where a train step's time goes at the document's sizes, by the stack's profiler (`op_profile`: `product_ms`,
-    `other_ms` a call: torch eager, tf.function, XLA on TensorFlow and on JAX); {} for other cases. On the CPU only:
-    each profile reads the host's ops (torch's and TensorFlow's CPU ops, XLA's CPU runtime), which on a GPU would be
-    the launches, not the work."""
+    `other_ms` and `product_ops` a call: torch eager, tf.function, XLA on TensorFlow and on JAX); {} for other cases. On
+    the CPU only: each profile reads the host's ops (torch's and TensorFlow's CPU ops, XLA's CPU runtime), which on a
+    GPU would be the launches, not the work."""
     if case.task != "train_step" or case.sweep != "document" or device != "cpu":
         return {}
     return bench.op_profile(call, case.mode) or {}

@@ -128,12 +128,19 @@ def matmul_rate(product, n: int, repeats: int = 10) -> float:
 PROFILED_CALLS = 3  # the calls a case's op profile covers (`op_split`): its times are their mean
 
 
-def op_split(self_us: dict, is_product, calls: int) -> dict[str, float]:
-    """A profiler's self time per op type (`self_us`, microseconds over `calls` calls) split into the matrix products
-    (`is_product(op type)`: the work the FLOP ceiling counts) and every other op, in ms a call: `product_ms`,
-    `other_ms`. Where ours hoists products out of a loop, the first falls; the second says what its other ops cost."""
-    product = sum(us for op, us in self_us.items() if is_product(op))
-    return {"product_ms": product / calls / 1e3, "other_ms": (sum(self_us.values()) - product) / calls / 1e3}
+def op_split(ops: dict, is_product, calls: int) -> dict[str, float]:
+    """A profiler's record per op type (`ops`: {op type: (self time in microseconds, runs)} over `calls` calls) split
+    into the matrix products (`is_product(op type)`: the work the FLOP ceiling counts) and every other op, a call:
+    `product_ms`, `other_ms`, and `product_ops`, the products run. Where ours hoists products out of a loop, the first
+    and the third fall; the second says what its other ops cost. The count is the program's, where the times move with
+    the host's load."""
+    product = [record for op, record in ops.items() if is_product(op)]
+    product_us, every_us = sum(us for us, _ in product), sum(us for us, _ in ops.values())
+    return {
+        "product_ms": product_us / calls / 1e3,
+        "other_ms": (every_us - product_us) / calls / 1e3,
+        "product_ops": sum(runs for _, runs in product) / calls,
+    }
 
 
 def cpu_model(cpuinfo: str | None = None) -> str:

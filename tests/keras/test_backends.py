@@ -323,11 +323,10 @@ def test_the_jax_profile_tells_products_by_the_program_not_by_their_names():
 @pytest.mark.skipif(BACKEND != "jax", reason="JAX only: the backend whose jitted steps XLA's CPU runtime runs op by op")
 def test_the_jax_profile_sees_the_products_the_listing_repeats():
     """reverse_bahdanau's listing projects the encoder's outputs at every decoder step, ours once: in the jitted step's
-    profile (a fresh process: XLA writes the programs only when told before JAX starts), the listing's product time is
-    above ours's, and both spend time in other ops. Eagerly: no profile."""
+    profile (a fresh process: XLA writes the programs only when told before JAX starts), the listing's step runs more
+    products than ours's, and both spend time in products and in other ops. Eagerly: no profile."""
     split = xla_profile.reverse_bahdanau_xla_profiles("jax")
-    assert split["as_written"]["product_ms"] > 1.2 * split["ours"]["product_ms"] > 0, split
-    assert min(split["ours"]["other_ms"], split["as_written"]["other_ms"]) > 0 and split["eager"] is None
+    assert xla_profile.sees_the_products_the_listing_repeats(split) and split["eager"] is None, split
 
 
 @pytest.mark.parametrize("name", [name for name in catalogue.built() if catalogue.get(name).document in ("002", "003", "004")])

@@ -264,6 +264,26 @@ def test_a_gpu_case_is_not_profiled_where_a_cpu_case_is():
     assert bench._op_times(stack, case, call=None, device="cpu") == {"product_ms": 1.0, "other_ms": 2.0}
 
 
+def test_the_profiles_tell_the_listings_repeated_products_by_their_count_not_their_time():
+    """`op_split` counts the products run a call, which the program fixes. The CI run of 2026-11-28 profiled
+    reverse_bahdanau's jitted step under the other test worker's load: ours's products 3.65 ms, the listing's 3.59
+    (in an idle process 2.2-2.4 against 3.7-4.5), with 116 and 172 products a call. Negative control: the times, as
+    the tests first compared them (the listing's above 1.2x ours's), miss the repeated products."""
+    from tests import xla_profile
+
+    def profile(product_ms, other_ms, product_runs):  # over machine.PROFILED_CALLS = 3 calls, one dot and one add
+        calls = machine.PROFILED_CALLS
+        ops = {"dot": (product_ms * calls * 1e3, product_runs * calls), "add": (other_ms * calls * 1e3, 7 * calls)}
+        return machine.op_split(ops, "dot".__eq__, calls)
+
+    split = {"ours": profile(3.65, 4.00, 116), "as_written": profile(3.59, 8.32, 172)}
+    assert split["ours"] == pytest.approx({"product_ms": 3.65, "other_ms": 4.00, "product_ops": 116})
+    assert xla_profile.sees_the_products_the_listing_repeats(split)
+    assert not split["as_written"]["product_ms"] > 1.2 * split["ours"]["product_ms"]  # the timed comparison
+    split["as_written"] = profile(3.59, 8.32, 116)  # a listing that repeated none
+    assert not xla_profile.sees_the_products_the_listing_repeats(split)
+
+
 def test_a_cpu_sold_under_a_bare_name_is_told_apart_by_its_family_and_model():
     """Two virtual hosts both named "AMD EPYC" (a Zen 3 with AVX2 and a faster one) get two result folders; a name with
     a part number is kept as it is; the bare name alone (negative control) would put both in one folder."""

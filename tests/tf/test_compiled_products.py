@@ -53,10 +53,9 @@ def test_xla_merges_the_products_the_listing_repeats():
 def test_tensorflows_xla_profile_sees_the_products_the_listing_repeats():
     """Under TensorFlow's XLA the step is one compiled program: XLA's CPU runtime's own trace events (each names its
     program and op, read from TensorFlow's profiler) and the program XLA wrote say what its products cost. As in a
-    tf.function, the listing's product time is above ours's and both spend time in other ops (a fresh process, as the
+    tf.function, the listing's step runs more products than ours's and both spend time in other ops (a fresh process, as the
     bench: XLA writes the programs only when told before its first compilation). Eagerly: no profile."""
     from tests import xla_profile
 
     split = xla_profile.reverse_bahdanau_xla_profiles("tensorflow")
-    assert split["as_written"]["product_ms"] > 1.2 * split["ours"]["product_ms"] > 0, split
-    assert min(split["ours"]["other_ms"], split["as_written"]["other_ms"]) > 0 and split["eager"] is None
+    assert xla_profile.sees_the_products_the_listing_repeats(split) and split["eager"] is None, split

@@ -27,7 +27,7 @@ ROW_FIELDS = ("model", "stack", "mode", "impl", "task", "device", "threads", "dt
 INTEGER_FIELDS = ("threads", "batch", "src_len", "tgt_len")
 NUMBER_FIELDS = ("median_ms", "q25_ms", "q75_ms", "min_ms", "repeats", "calls_per_sample", "compile_s", "tokens_per_s",
                  "peak_mem_mb", "gflop", "ops", "compiled_gflop", "compiled_mb", "compiled_product_gflop",
-                 "product_ms", "other_ms",
+                 "product_ms", "other_ms", "product_ops",
                  "paired_speedup", "paired_speedup_q25", "paired_speedup_q75")  # fmt: skip
 FILE_FIELDS = ("machine", "profile", "matmul_gflops", "created", "commit", "file")  # taken from the row's file
 # what a row says of its own measurement: why it is disturbed ("" when it is not, None in files before the load was
