@@ -1,5 +1,6 @@
 """The op profile of Keras's compiled train step (tf_impl.bench.op_profile in mode xla), taken as the bench takes it: in
-a fresh process whose bench.configure had XLA write each step's program before XLA read its flags."""
+a fresh process whose bench.configure had XLA write each step's program before XLA read its flags. And the check every
+stack's profile tests share (`sees_the_products_the_listing_repeats`: torch eager, a tf.function, XLA, JAX)."""
 
 from __future__ import annotations
 
