@@ -2,18 +2,52 @@
 
 The contract functions (`run`, `loss_and_grads`) call `check_batch` on the numpy batch before any tensor
 is made: an out-of-range id would otherwise surface as an IndexError in torch and an
-InvalidArgumentError deep inside TensorFlow (or, on a GPU, as silent zeros).
+InvalidArgumentError deep inside TensorFlow (or, on a GPU, as silent zeros). `check_config_fits` holds a
+config a file names against the file's arrays before a model of it is built.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 import numpy as np
 
 from shared.catalogue import ModelSpec
+from shared.failures import shown
 
 ATTENTION_VECTORS = ("query", "values")
+LAYER_KEY = re.compile(r"(?P<rnn>.+)\.weight_ih_l(?P<layer>\d+)(_reverse)?")  # torch's RNN layers: `n_layers` counts them
+
+
+def check_config_fits(spec: ModelSpec, config: Mapping, shapes: Mapping[str, tuple], where: str) -> None:
+    """A config a file names (`where`: the file and its field) against the canonical `shapes` of the file's arrays,
+    before any model is built from it: every size `spec.weight_sizes` reads must be the arrays' own, its weight
+    present (a size no array shows could be any, and a model of it is never built), and `n_layers` the number of
+    layers the arrays stack. One ValueError names the field, its value and what the arrays show."""
+    for key, (weight, axis) in spec.weight_sizes.items():
+        shape = tuple(shapes.get(weight, ()))
+        if len(shape) <= axis:
+            held = f"has shape {shape}" if weight in shapes else "is not among them"
+            raise ValueError(f"{where} is for model {spec.name}, but the arrays are another model's: {weight} (which "
+                             f"shows its {key}) {held}")  # fmt: skip
+        if key in config and config[key] != shape[axis]:
+            raise ValueError(f"{where}: {key} is {shown(config[key])}, but the arrays show {key}={shape[axis]} "
+                             f"({weight} has shape {shape})")  # fmt: skip
+    layers = layer_counts(shapes)
+    if "n_layers" in config and layers and set(layers.values()) != {config["n_layers"]}:
+        stacked = ", ".join(f"{rnn} {count}" for rnn, count in sorted(layers.items()))
+        raise ValueError(f"{where}: n_layers is {shown(config['n_layers'])}, but the arrays stack {stacked} layers")
+
+
+def layer_counts(keys) -> dict[str, int]:
+    """How many layers each of torch's RNNs stacks among the canonical `keys` (`encoder.lstm.weight_ih_l1`: 2)."""
+    counts: dict[str, int] = {}
+    for key in keys:
+        match = LAYER_KEY.fullmatch(key)
+        if match:
+            counts[match["rnn"]] = max(counts.get(match["rnn"], 0), int(match["layer"]) + 1)
+    return counts
 
 
 def _as_array(batch: Mapping, key: str) -> np.ndarray:
@@ -101,7 +135,7 @@ def check_batch(spec: ModelSpec, config: Mapping, batch: Mapping, with_targets: 
 def check_max_len(max_len) -> int:
     """Greedy decoding's length limit: a positive integer."""
     if isinstance(max_len, bool) or not isinstance(max_len, (int, np.integer)) or max_len < 1:
-        raise ValueError(f"max_len must be a positive integer, got {max_len!r}")
+        raise ValueError(f"max_len must be a positive integer, got {shown(max_len)}")
     return int(max_len)
 
 

@@ -10,13 +10,15 @@ import importlib
 import importlib.util
 import json
 import re
+import tempfile
 import zipfile
 from pathlib import Path
 
 import numpy as np
 
 from shared import catalogue, stacks
-from shared.core import optimizer_state
+from shared.core import optimizer_state, validation
+from shared.failures import clip, shown
 from shared.io import atomic, safetensors_io
 from shared.port import layouts
 from shared.port.layouts import KeyMap
@@ -80,14 +82,15 @@ def endpoint(text, named: str | None = None, key_map: str | None = None, destina
     elif named is not None:
         if named not in layouts.presets():
             known = ", ".join([*FORMATS, *READ_ONLY, *layouts.presets()])
-            raise ValueError(f"{'--to' if destination else '--from'} {named!r} is neither a format nor a preset; known: {known}")
+            flag = "--to" if destination else "--from"
+            raise ValueError(f"{flag} {shown(named)} is neither a format nor a preset; known: {known}")
         layout = layouts.preset(named)
     if key_map is not None:
         if layout.name:
             raise ValueError(f"pass a preset (--from {layout.name}) or --key-map, not both")
         layout = layouts.load(key_map)
     if layout.format is not None and layout.format not in FORMATS:
-        raise ValueError(f'{layout.where}: "format" {layout.format!r} is not one of {", ".join(FORMATS)}')
+        raise ValueError(f'{layout.where}: "format" {shown(layout.format)} is not one of {", ".join(FORMATS)}')
     fmt = fmt or (FORMATS[layout.format] if layout.format else None) or _detect(path, destination)
     if fmt.name in CHECKPOINT_READER and is_saved_model(path):
         fmt = SAVED_MODEL  # a layout of Keras files reads the SavedModel of the same model: its variables, by path
@@ -103,22 +106,48 @@ def endpoint(text, named: str | None = None, key_map: str | None = None, destina
     return Endpoint(path, fmt, layout, parts, named=named is not None or key_map is not None)
 
 
+METADATA_MODEL = 'its metadata\'s "model"'  # the fields a file names its model and config in, as errors name them
+METADATA_CONFIG = 'its metadata\'s "config"'
+KERAS_MODEL = 'its config.json\'s "rosetta_model"'
+KERAS_CONFIG = 'its config.json\'s "rosetta_config"'
+KERAS_WEIGHTS = "model.weights.h5"  # the arrays in a `.keras` archive
+CONFIG_LIMIT = 2**20  # bytes of a `.keras` file's config.json read: a catalogue model's is a few KB (no zip bomb unpacked)
+
+
 def named_model(end: Endpoint) -> str | None:
     """The catalogue model a source file names itself, read without a framework: a `.keras` file's config
-    (`config.json` in its zip), a canonical safetensors file's metadata; None for a file that names none (or
-    is unreadable: its reader says why)."""
+    (`config.json` in its zip), a canonical safetensors file's metadata; None for a file that names none (or is
+    no such file: its reader says why). A name that is no catalogue model's raises, naming the file and field."""
     if end.parts or not end.path.is_file():
         return None
     if end.format.name == "safetensors" and end.layout.identity:
-        return safetensors_io.read_metadata(end.path).get("model")
-    if end.format.name == "keras":
-        try:
-            with zipfile.ZipFile(end.path) as archive:
-                config = json.loads(archive.read("config.json")).get("config", {})
-        except (OSError, KeyError, ValueError, AttributeError, zipfile.BadZipFile):
-            return None
-        return config.get("rosetta_model") if isinstance(config, dict) else None
-    return None
+        value, field = safetensors_io.read_metadata(end.path).get("model"), METADATA_MODEL
+    elif end.format.name == "keras":
+        value, field = (_keras_config(end.path) or {}).get("rosetta_model"), KERAS_MODEL
+    else:
+        return None
+    if value is not None and not (isinstance(value, str) and value in catalogue.CATALOGUE):
+        raise ValueError(f"{end.path}: {field} is {shown(value)}, no catalogue model's name (rosetta models lists them); "
+                         "name the model with --model")  # fmt: skip
+    return value
+
+
+def _keras_config(path: Path) -> dict | None:
+    """The config of the model a `.keras` file holds (its config.json's "config"), read within CONFIG_LIMIT; None for
+    a file that is no zip or holds no config.json (Keras's reader says why); one line where it is not JSON."""
+    try:
+        with zipfile.ZipFile(path) as archive, archive.open("config.json") as stream:
+            text = stream.read(CONFIG_LIMIT + 1)
+    except (OSError, KeyError, zipfile.BadZipFile):
+        return None
+    if len(text) > CONFIG_LIMIT:
+        raise ValueError(f"{path}: its config.json is over {CONFIG_LIMIT:,} bytes; a catalogue model's is a few KB")
+    try:
+        config = json.loads(text)
+    except (ValueError, RecursionError) as error:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise ValueError(f"{path}: its config.json is not JSON ({clip(str(error))})") from None
+    inner = config.get("config") if isinstance(config, dict) else None
+    return inner if isinstance(inner, dict) else {}
 
 
 def is_saved_model(path) -> bool:
@@ -197,13 +226,13 @@ def read_endpoint(end: Endpoint, stack, name: str, dtype: str | None, overrides:
         raw = raw or _read_keyed(end.path, end.format, with_optimizer)
         arrays, state, saved = raw
         dtype = dtype or ("float64" if any(np.asarray(a).dtype == np.float64 for a in arrays.values()) else "float32")
-        weights = _cast(end.layout.to_catalogue(arrays), dtype)
+        weights = _cast(end.layout.to_catalogue(arrays, end.text), dtype)  # a preset that does not fit names the file
         state = _map_state(state, lambda arrays: _cast(end.layout.to_catalogue(arrays), dtype))
         shapes = {key: np.shape(value) for key, value in weights.items()}
         inferred = {k: v for k, v in catalogue.sizes_from_weights(spec, shapes).items() if k not in overrides}
         config = catalogue.resolve_config(spec, dtype, {**inferred, **end.layout.config, **overrides})
         if saved is not None and end.layout.identity:
-            config = _saved_config(end.path, saved, name, config, overrides)
+            config = _saved_config(end.path, saved, name, config, overrides, shapes)
         return Read(weights, state, config, inferred, dtype, raw)
     inferred = _checkpoint_sizes(end, stack, name, overrides) if end.format.name in CHECKPOINT_READER else {}
     config = catalogue.resolve_config(spec, dtype or "float32", {**inferred, **end.layout.config, **overrides})
@@ -213,7 +242,8 @@ def read_endpoint(end: Endpoint, stack, name: str, dtype: str | None, overrides:
         left_out = importlib.import_module("tf_impl.checkpoints").left_out(end.parts or end.path)
     dtype = dtype or str(np.dtype(next(iter(stack.get_weights(model).values())).dtype))
     if end.format.name == "keras":
-        differ = [f"{key}={model.rosetta_config.get(key)!r}" for key in overrides if model.rosetta_config.get(key) != config[key]]
+        saved = model.rosetta_config
+        differ = [f"{key}={shown(saved.get(key))}" for key in overrides if saved.get(key) != config[key]]
         if differ:
             raise ValueError(f"{end.path}: saved with {', '.join(differ)}; drop those --set")
         config = model.rosetta_config
@@ -243,36 +273,62 @@ def _check_exists(end: Endpoint) -> None:
 
 def _read_keyed(path: Path, fmt: Format, with_optimizer: bool) -> tuple[dict, dict | None, dict | None]:
     """A torch or safetensors file's arrays and Adam state, keyed by the file's own names, and the model and
-    config a port wrote into a safetensors file's metadata (else None)."""
+    config a safetensors file's metadata names (a port's, a training run's; else None)."""
     if fmt.name == "torch":
         return (*importlib.import_module("torch_impl.train").read_arrays(path, with_optimizer), None)
     tensors, metadata = safetensors_io.load(path)
     weights = optimizer_state.weights_without_optimizer(tensors)
-    saved = {key: metadata[key] for key in ("model", "config") if key in metadata} if "config" in metadata else None
+    saved = {key: metadata[key] for key in ("model", "config") if key in metadata} or None
     if not with_optimizer:
         return weights, None, saved
-    state = optimizer_state.optimizer_from_tensors(tensors, metadata)
+    state = optimizer_state.optimizer_from_tensors(tensors, metadata, str(path))
     if state is None:
         raise ValueError(f"{path}: holds no optimizer state (exp_avg/<key>, exp_avg_sq/<key>, optimizer_step)")
     return weights, state, saved
 
 
-def _saved_config(path: Path, saved: dict, name: str, config: dict, overrides: dict) -> dict:
-    """The config a safetensors file names (as a `.keras` file does): the model must be `name`, every
-    `--set` must agree with it."""
-    try:
-        stored = json.loads(saved["config"])
-    except json.JSONDecodeError:
-        raise ValueError(f"{path}: its metadata's config is not JSON") from None
+def _saved_config(path: Path, saved: dict, name: str, config: dict, overrides: dict, shapes: dict) -> dict:
+    """The config a safetensors file names (as a `.keras` file does), checked against its arrays' `shapes` before
+    any model is built: the model must be `name`, the config `name`'s options at the arrays' sizes, every `--set`
+    must agree with it. A file whose metadata names this model and no config must hold its arrays; one naming
+    another model and no config holds another tool's metadata (--model decides)."""
+    spec = catalogue.get(name)
+    if "config" not in saved:
+        if saved.get("model") == name:
+            validation.check_config_fits(spec, {}, shapes, f"{path}: {METADATA_MODEL}")
+        return config
     if saved.get("model") != name:
-        raise ValueError(f"{path}: holds model {saved.get('model')!r}, not {name!r}")
-    stored = catalogue.resolve_config(catalogue.get(name), "float32", stored) if isinstance(stored, dict) else None
+        raise ValueError(f"{path}: holds model {shown(saved.get('model'))}, not {name!r} ({METADATA_MODEL})")
+    text = saved["config"]
+    try:
+        stored = json.loads(text) if isinstance(text, str) else None
+    except (ValueError, RecursionError):
+        stored = None
     if stored is None:
-        raise ValueError(f"{path}: its metadata's config is not an object of {name}'s options")
-    differ = [f"{key}={stored[key]!r}" for key in overrides if stored[key] != config[key]]
+        raise ValueError(f"{path}: {METADATA_CONFIG} is not JSON text of {name}'s options, got {shown(text)}")
+    where = f"{path}: {METADATA_CONFIG}"
+    validation.check_config_fits(spec, _options(where, spec, stored), shapes, where)
+    resolved = catalogue.resolve_config(spec, "float32", stored)
+    differ = [f"{key}={shown(resolved[key])}" for key in overrides if resolved[key] != config[key]]
     if differ:
         raise ValueError(f"{path}: saved with {', '.join(differ)}; drop those --set")
     return {**config, **stored}
+
+
+def _options(where: str, spec: catalogue.ModelSpec, options) -> dict:
+    """`options`, a config a file names (`where`: the file and field): an object of `spec`'s options, each of its
+    type; one line naming the file, the field and the option where not."""
+    if not isinstance(options, dict):
+        raise ValueError(f"{where} must be an object of {spec.name}'s options, got {shown(options)}")
+    unknown = [shown(key) for key in options if key not in spec.config]
+    if unknown:
+        listed = ", ".join(unknown[:3]) + (f" and {len(unknown) - 3} more" if len(unknown) > 3 else "")
+        raise ValueError(f"{where} names {listed}, which model {spec.name} does not take; it takes: {', '.join(spec.config)}")
+    try:
+        catalogue.resolve_config(spec, "float32", options)
+    except ValueError as error:  # its type or range, the value echoed: clipped
+        raise ValueError(f"{where}: {clip(str(error), 2 * len(spec.name) + 200)}") from None
+    return options
 
 
 def read_weights(path) -> dict[str, np.ndarray]:
@@ -308,11 +364,79 @@ def read(stack, path, fmt: Format, name: str, config: dict, dtype: str, with_opt
 
 
 def _read_keras(stack, path: Path, name: str, config: dict, with_optimizer: bool):
-    """A `.keras` file names its model and config: the model must be the one asked for; its config is the file's."""
+    """A `.keras` file names its model and config: the model must be the one asked for; its config is the file's,
+    checked against its arrays before Keras builds the model from it."""
+    _check_keras_config(stack, path, name)
     model, state = importlib.import_module(f"{stack.__name__}.train").load_keras(path, with_optimizer)
     if model.rosetta_name != name:
-        raise ValueError(f"{path}: holds model {model.rosetta_name!r}, not {name!r}")
+        raise ValueError(f"{path}: holds model {shown(model.rosetta_name)}, not {name!r}")
     return model, state
+
+
+def _check_keras_config(stack, path: Path, name: str) -> None:
+    """A catalogue model's `.keras` file (its config.json names "rosetta_model"): the model must be `name`, its dtype
+    one of ours, its "rosetta_config" `name`'s options at the sizes of the arrays the archive holds. A file of no
+    catalogue model is left to Keras's reader, which says what it holds."""
+    held = _keras_config(path)
+    if held is None or "rosetta_model" not in held:
+        return
+    if held["rosetta_model"] != name:
+        raise ValueError(f"{path}: holds model {shown(held['rosetta_model'])}, not {name!r} ({KERAS_MODEL})")
+    if held.get("rosetta_dtype") not in catalogue.DTYPES:
+        dtype = shown(held.get("rosetta_dtype"))
+        raise ValueError(f'{path}: its config.json\'s "rosetta_dtype" is {dtype}, not one of {", ".join(catalogue.DTYPES)}')
+    where, spec = f"{path}: {KERAS_CONFIG}", catalogue.get(name)
+    options = _options(where, spec, held.get("rosetta_config"))
+    validation.check_config_fits(spec, options, _keras_shapes(stack, path, spec, options, where), where)
+
+
+def _keras_shapes(stack, path: Path, spec: catalogue.ModelSpec, options: dict, where: str) -> dict[str, tuple]:
+    """The canonical shapes of the arrays a `.keras` archive holds, from its model.weights.h5's index (no array
+    read), through a model of its structure (`options`) at fixture sizes: its arrays' shapes written to an empty
+    `.weights.h5` file (nothing allocated), which tf_impl.checkpoints reads as a model's weights file. The archive
+    must hold that structure's arrays, no fewer (another n_layers) and no more (Keras would skip those unread)."""
+    try:
+        with zipfile.ZipFile(path) as archive, archive.open(KERAS_WEIGHTS) as stream:
+            held = _h5_shapes(stream)
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile) as error:
+        raise ValueError(f"{path}: its {KERAS_WEIGHTS} is not a readable weights file ({clip(str(error))})") from None
+    if options.get("n_layers", 0) > len(held):  # a layer holds arrays: bounded before a structure of it is built
+        raise ValueError(f"{where}: n_layers is {options['n_layers']}, but the file holds {len(held)} arrays in all")
+    sizes = {key: spec.fixture_config[key] for key in spec.weight_sizes}
+    try:
+        structure = stack.build(spec.name, "float32", **{**options, **sizes})
+    except (ValueError, TypeError) as error:
+        raise ValueError(f"{where}: {clip(str(error), 200)}") from None
+    prefix = "" if hasattr(structure, "save_weights") else "layer/"  # a bare layer's weights file nests it in a Model
+    held = {prefix + key: shape for key, shape in held.items()}
+    with tempfile.TemporaryDirectory() as folder:
+        skeleton, own = Path(folder) / "shapes.weights.h5", Path(folder) / "own.weights.h5"
+        importlib.import_module(f"{stack.__name__}.train").save_native(structure, own)
+        _write_shapes(skeleton, held)
+        shapes = importlib.import_module("tf_impl.checkpoints").canonical_shapes(skeleton, structure)
+        differ = sorted(set(held) ^ set(_h5_shapes(own)))
+    if differ:
+        built = ", ".join(f"{key}={shown(value)}" for key, value in options.items() if key not in sizes) or "its defaults"
+        listed = ", ".join(differ[:3]) + (f" and {len(differ) - 3} more" if len(differ) > 3 else "")
+        raise ValueError(f"{where}: the archive's arrays are not those of model {spec.name} built with {built} ({listed} "
+                         "differ)")  # fmt: skip
+    return shapes
+
+
+def _h5_shapes(source) -> dict[str, tuple]:
+    """A Keras weights file's datasets (path -> shape; a path or an open file), its optimizer's left out."""
+    h5py = importlib.import_module("h5py")
+    found = {}
+    with h5py.File(source, "r") as store:
+        store.visititems(lambda key, item: found.update({key: item.shape}) if isinstance(item, h5py.Dataset) else None)
+    return {key: shape for key, shape in found.items() if not key.startswith("optimizer/")}
+
+
+def _write_shapes(path: Path, shapes: dict[str, tuple]) -> None:
+    """An HDF5 file of empty datasets of `shapes`: HDF5 allocates a dataset's storage at its first write, so none."""
+    with importlib.import_module("h5py").File(path, "w") as store:
+        for key, shape in shapes.items():
+            store.create_dataset(key, shape=shape, dtype="f4")
 
 
 def write_endpoint(end: Endpoint, path: Path, stack, name: str, config: dict, dtype: str, weights: dict, state) -> None:

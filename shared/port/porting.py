@@ -28,6 +28,7 @@ import numpy as np
 
 from shared import catalogue
 from shared.core import optimizer_state
+from shared.failures import shown
 from shared.io import atomic
 from shared.port import ambiguity, loading, references
 from shared.port.conversion import convert, verify  # your own model: the public converter (shared/port/conversion.py)
@@ -120,7 +121,7 @@ def port(source, destination, model: str | None = None, to: str | None = None, f
     """
     src = endpoint(source, source_format, key_map)
     dst = endpoint(destination, to, destination=True)
-    name = _model_name(model, named_model(src), src.layout, dst.layout)
+    name = _model_name(model, src, src.layout, dst.layout)
     check_destination(src, dst, force)
     names = _stacks_for(src.format, dst.format)  # (source's, destination's): may be the same
     stacks = import_stacks(*names)
@@ -134,10 +135,12 @@ def port(source, destination, model: str | None = None, to: str | None = None, f
     config = _destination_config(dst.layout, found.config)
     state_copies = 3 if found.state else 1  # the weights, and Adam's two moments of each
     atomic.check_free_space(dst.path.parent, state_copies * sum(np.asarray(a).nbytes for a in found.weights.values()))
+    models = Models(name, {"source": (source_stack, found)}, {"source": src.text, "destination": str(dst.path)})
+    models.get("source", dtype)  # arrays another model's are refused naming the file, before anything is written
     with staged_beside(dst.path) as staged:
         write_endpoint(dst, staged, destination_stack, name, config, dtype, found.weights, found.state)
         back = read_endpoint(dataclasses.replace(dst, path=staged), destination_stack, name, dtype, config, with_optimizer)
-        models = Models(name, {"source": (source_stack, found), "destination": (destination_stack, back)})
+        models.sides["destination"] = (destination_stack, back)
         checks = _checks(models, dtype, found, back, inputs)
         checks += _reference_checks(models, src, dataclasses.replace(dst, path=staged), reference)
         report = PortReport(src, dst, name, config, found.inferred, len(found.weights),
@@ -148,24 +151,25 @@ def port(source, destination, model: str | None = None, to: str | None = None, f
         return report
 
 
-def _model_name(model: str | None, in_file: str | None, *ends: KeyMap) -> str:
+def _model_name(model: str | None, src: Endpoint, *ends: KeyMap) -> str:
     """`--model`, or the model the layouts name, or the one the source file names (a `.keras` file, a
-    canonical safetensors file); the layouts and --model must agree (the file is checked when it is read)."""
+    canonical safetensors file; read only where neither names one); the layouts and --model must agree (the
+    file is checked when it is read)."""
     named = {end.model for end in ends if end.model}
-    if model is None and not named and in_file is None:
+    chosen = model or (sorted(named)[0] if named else named_model(src))
+    if chosen is None:
         raise ValueError("name the catalogue model: --model NAME (rosetta models lists them), or a preset with --from/--to")
-    chosen = model or (sorted(named)[0] if named else in_file)
     catalogue.get(chosen)  # an unknown name fails first, listing the known ones
     if named - {chosen}:
-        raise ValueError(f"the layouts port model {' and '.join(sorted(named))}, not {chosen!r}")
+        raise ValueError(f"the layouts port model {' and '.join(sorted(named))}, not {shown(chosen)}")
     return chosen
 
 
 def _destination_config(layout: KeyMap, config: dict) -> dict:
     """The destination layout's options must be the source's: a port keeps the function."""
-    differ = [f"{key}={value!r}" for key, value in layout.config.items() if config.get(key) != value]
+    differ = [f"{key}={shown(value)}" for key, value in layout.config.items() if config.get(key) != value]
     if differ:
-        have = ", ".join(f"{key}={config.get(key)!r}" for key in layout.config)
+        have = ", ".join(f"{key}={shown(config.get(key))}" for key in layout.config)
         hint = " ".join(f"--set {key}={json.dumps(value)}" for key, value in layout.config.items())
         raise ValueError(f"layout {layout.title} writes the model built with {', '.join(differ)}; the source has {have} "
                          f"(a .pt file names no options: if its model was built so, pass {hint})")  # fmt: skip
@@ -175,10 +179,10 @@ def _destination_config(layout: KeyMap, config: dict) -> dict:
 class Models:
     """The port's two sides as models, built once per precision: the source read (`source`) and the written
     file read back (`destination`), each in its stack, holding its canonical weights (widened exactly to
-    float64 where asked)."""
+    float64 where asked); a side's file (`files`) is named in the error of arrays its model does not take."""
 
-    def __init__(self, name: str, sides: dict):
-        self.name, self.sides, self._built = name, sides, {}
+    def __init__(self, name: str, sides: dict, files: dict[str, str]):
+        self.name, self.sides, self.files, self._built = name, sides, files, {}
 
     def stack(self, side: str):
         return self.sides[side][0]
@@ -187,7 +191,10 @@ class Models:
         if (side, dtype) not in self._built:
             stack, found = self.sides[side]
             model = stack.build(self.name, dtype, **found.config)
-            stack.set_weights(model, found.weights)
+            try:
+                stack.set_weights(model, found.weights)
+            except ValueError as error:  # the strict load lists the keys; the file is the user's to find
+                raise ValueError(f"{self.files[side]}: {error}") from None
             self._built[side, dtype] = model
         return self._built[side, dtype]
 

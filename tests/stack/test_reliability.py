@@ -128,7 +128,7 @@ def _allocate_too_much(stack) -> Exception:
 
 def test_out_of_memory_is_one_line_naming_what_to_change(stack):
     error = _allocate_too_much(stack)
-    line = failures.describe(error)
+    line = failures.describe(error, ["train", "--set", "hidden_size=4096"])  # the hint names the flags given
     assert line.startswith(f"out of memory: {type(error).__name__}") and "--set" in line and "\n" not in line
     assert failures.describe(MemoryError()).startswith("out of memory: MemoryError")
     assert failures.describe(OSError(28, "No space left on device", "/x")) == "/x: no space left on the device"
