@@ -6,7 +6,8 @@ applied them to different inputs. Nothing in the file tells them apart; only the
 port reads its source with every other layout of the same model and format (the presets, the catalogue's
 own) and, where one fits and gives other arrays or another config, says so: refused unless the user named
 the layout (then accepted with a line saying what else the file fits) or ran their own model on it
-(`--reference`, a `.keras` source), which decides.
+(`--reference`, a `.keras` source), which decides. A file read through a preset that does not give the model's
+keys is not that layout, and is said so (check_preset_fits), not met with renames to add to a key map.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ def _mapping(layout: KeyMap) -> tuple:
 def other_layouts(src: Endpoint, stack, name: str, overrides: dict, found: Read) -> list[Fit]:
     """Each other layout that reads the source into a model computing another function than `found`'s; a
     layout that does not fit the file, or gives the same arrays and config, is none."""
+    check_preset_fits(src, stack, name, found)
     if src.format.name == "keras":  # a whole model names its own config and weights
         return []
     others: list[tuple[Fit, Read]] = []
@@ -68,6 +70,18 @@ def other_layouts(src: Endpoint, stack, name: str, overrides: dict, found: Read)
     if others and src.format.keyed and not _model_holds(stack, name, found):
         return []  # the file does not fit its own layout either: the port's strict read says so
     return [fit for fit, _ in others]
+
+
+def check_preset_fits(src: Endpoint, stack, name: str, found: Read) -> None:
+    """A torch or safetensors file read through a preset must give the keys of the model it builds, else one error
+    says the file is not that layout, naming the keys it lacks and those it holds beyond them, in its own names."""
+    if not (src.layout.preset and src.format.keyed):
+        return
+    expected = stack.get_weights(stack.build(name, found.dtype, **found.config))
+    lacking = [src.layout.file_key(key) for key in expected if key not in found.weights]
+    extra = [src.layout.file_key(key) for key in found.weights if key not in expected]
+    if lacking or extra:
+        raise ValueError(src.layout.not_this_layout(src.text, lacking, extra, extra=True))
 
 
 def _same_function(read: Read, found: Read) -> bool:

@@ -37,19 +37,32 @@ rename is inverted by its optional `"inverse": {"regex": ..., "to": ...}`.
 Strict: every rename must rename some key of the file, every transform must find what it names (a swap,
 each leaf's namesake of the same shape; `order` a permutation of the blocks, which must divide the width),
 else one error names the entry (`renames[2]`, `transforms[0]`): a key map that does nothing, or half of
-what it says, never ports silently.
+what it says, never ports silently. A preset that does not fit a file says the file is not that layout.
+
+Bounded: a regex is Python's `re` syntax, sized before it is compiled (the `regex` module writes each counted
+repetition out: a key map's regexes together may come to MAX_REGEX_SIZE characters so written), and each match
+runs under a time limit.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 import regex  # a match with a time limit: a pattern of nested repetition must not hang a port
+
+from shared import failures
+
+try:
+    from re import _parser as re_syntax  # the standard parser: a counted repetition stays one node, its count readable
+except ImportError:  # Python 3.10
+    import sre_parse as re_syntax
 
 PRESETS_DIR = Path(__file__).parent / "presets"
 _TEXT_FIELDS = ("name", "description", "source", "model", "format", "reference", "runner")
@@ -60,6 +73,12 @@ _TRANSFORM_OPTIONS = {"swap_column_blocks": {"blocks", "order"}, "zero_bias": se
 SHIPPED_CODE = re.compile(r"(torch_impl|tf_impl)\.references:[A-Za-z_]\w*")
 SHOWN_KEYS = 6  # file keys quoted in an error
 MATCH_SECONDS = 1.0  # one regex rename on one key (a key map's patterns match 100-character keys in microseconds)
+# A key map's regexes together, each repetition written out to its largest count: `regex` compiles `x{1000}` as 1000
+# copies (nested counts multiply), its memory and compile time growing with that size; keys are a few hundred characters.
+MAX_REGEX_SIZE, MAX_REGEX_VARIABLE = 20_000, "ROSETTA_MAX_REGEX_SIZE"
+_REPEATS = ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT")
+_SHORTER = (f"write the repetition with * or + or a smaller count; {MAX_REGEX_VARIABLE}=N raises the limit, and the "
+            "memory a compile takes with it")  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,13 +91,23 @@ class Rename:
     regex: bool = False
     inverse: Rename | None = None
     label: str = "a rename"
+    compiled: object = dataclasses.field(default=None, compare=False, repr=False)  # a regex's, compiled once
+
+    def __post_init__(self):
+        if self.regex and self.compiled is None:
+            object.__setattr__(self, "compiled", _compiled(self.pattern))
 
     def apply(self, key: str) -> str | None:
         """The renamed key, or None where the rule does not match."""
         if not self.regex:
             return self.to + key[len(self.pattern) :] if key.startswith(self.pattern) else None
-        match = _compiled(self.pattern).fullmatch(key, timeout=MATCH_SECONDS)
+        match = self.compiled.fullmatch(key, timeout=MATCH_SECONDS)
         return None if match is None else match.expand(self.to)
+
+    @property
+    def file_side(self) -> str:
+        """The keys it renames, in words: `prefix*` or the regex."""
+        return self.pattern if self.regex else f"{self.pattern}*"
 
     def inverted(self, where: str) -> Rename:
         if not self.regex:
@@ -123,7 +152,8 @@ class Transform:
 
 @dataclasses.dataclass(frozen=True)
 class KeyMap:
-    """A parsed key map (see the module docstring); `where` names its file in errors."""
+    """A parsed key map (see the module docstring); `where` names its file in errors; `preset`: one of the shipped
+    layouts, so a file it does not fit is not that layout (a user's own key map names the entry to fix instead)."""
 
     where: str
     name: str = ""
@@ -136,6 +166,7 @@ class KeyMap:
     transforms: tuple[Transform, ...] = ()
     reference: str | None = None
     runner: str | None = None
+    preset: bool = False
 
     @property
     def identity(self) -> bool:
@@ -146,12 +177,38 @@ class KeyMap:
         """How messages name it: the preset's name, else the key map's file."""
         return self.name or self.where
 
-    def to_catalogue(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """The file's arrays in catalogue names and layout: renamed, then transformed."""
-        renamed = _rename(arrays, self.renames, self.where)
-        for transform in self.transforms:
-            renamed = transform.apply(renamed, inverse=False, where=self.where)
+    def to_catalogue(self, arrays: Mapping[str, np.ndarray], source: str = "the file") -> dict[str, np.ndarray]:
+        """The file's arrays in catalogue names and layout: renamed, then transformed; `source` names the file."""
+        try:
+            renamed = _rename(arrays, self.renames, self.where)
+            for transform in self.transforms:
+                renamed = transform.apply(renamed, inverse=False, where=self.where)
+        except ValueError as error:
+            if not self.preset:
+                raise
+            lacking = [rule.file_side for rule in error.idle] if isinstance(error, IdleRenames) else []
+            held = [key for key in arrays if all(_applied(rule, key, self.where) is None for rule in self.renames)]
+            why = "" if lacking else str(error).removeprefix(f"{self.where}: ")
+            raise ValueError(self.not_this_layout(source, lacking, held or list(arrays), why=why)) from None
         return renamed
+
+    def not_this_layout(self, source: str, lacking: list[str], held: list[str], extra: bool = False, why: str = "") -> str:
+        """The error of a preset that does not fit `source`: the keys its files hold that `source` lacks, and a few
+        that `source` holds (`extra`: ones the layout's files do not) or `why` it does not fit."""
+        parts = [f"that layout's files hold keys {_few(lacking)}, which {source} lacks"] if lacking else []
+        beyond = ", which that layout's files do not" if extra else ""
+        parts += [f"{source} holds {_few(held)}{beyond}"] if held and not why else []
+        parts += [why] if why else []
+        return f"{source} is not the {self.name} layout ({self.description}): {'; '.join(parts)}"
+
+    def file_key(self, key: str) -> str:
+        """Catalogue key `key` as this layout's files name it (as it is where no rename says how)."""
+        for rule in self.renames:
+            back = rule.inverse if rule.regex else Rename(rule.to, rule.pattern)
+            named = _applied(back, key, self.where) if back is not None else None
+            if named is not None:
+                return named
+        return key
 
     def from_catalogue(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The inverse: catalogue arrays as this layout's file holds them."""
@@ -169,9 +226,17 @@ class KeyMap:
 IDENTITY = KeyMap(where="the catalogue's own layout")
 
 
+class IdleRenames(ValueError):
+    """Renames that renamed no key of a file (`idle`)."""
+
+    def __init__(self, message: str, idle: list[Rename]):
+        super().__init__(message)
+        self.idle = idle
+
+
 def _rename(arrays: Mapping[str, np.ndarray], rules: tuple[Rename, ...], where: str) -> dict[str, np.ndarray]:
     """Each key renamed by the first rule that matches (kept where none does); two keys onto one, or a rule
-    that renames nothing, is an error."""
+    that renames nothing (IdleRenames), is an error."""
     out, sources, used = {}, {}, set()
     for key, value in arrays.items():
         new = key
@@ -184,14 +249,81 @@ def _rename(arrays: Mapping[str, np.ndarray], rules: tuple[Rename, ...], where: 
         if new in out:
             raise ValueError(f"{where}: keys {sources[new]!r} and {key!r} are both renamed to {new!r}")
         out[new], sources[new] = value, key
-    idle = [rule.describe() for rule in rules if rule.label not in used]
+    idle = [rule for rule in rules if rule.label not in used]
     if idle and arrays:
-        raise ValueError(f"{where}: {'; '.join(idle)} renames no key of the file (its keys: {_some(arrays)})")
+        said = "; ".join(rule.describe() for rule in idle)
+        raise IdleRenames(f"{where}: {said} renames no key of the file (its keys: {_some(arrays)})", idle)
     return out
 
 
 def _compiled(pattern: str):
-    return regex.compile(pattern, regex.VERSION0)  # `re`'s syntax
+    """`pattern` compiled in `re`'s syntax, held by its Rename, not by the module's cache (which keeps 500)."""
+    return regex.compile(pattern, regex.VERSION0, cache_pattern=False)
+
+
+def written_out_size(pattern: str) -> int:
+    """`pattern`'s size with each repetition written out to its largest count (an unbounded one to one more than its
+    least), read from the standard library's parse, which keeps a repetition as one node; ValueError where `re`
+    cannot read it."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # re's FutureWarning on a set such as [[a]: the pattern is sized all the same
+        try:
+            return _size(re_syntax.parse(pattern))
+        except (re.error, RecursionError, OverflowError) as error:
+            raise ValueError(f"bad regex {pattern!r} (a key map's regex is Python's re syntax: {error})") from None
+
+
+def _size(items) -> int:
+    total = 0
+    for op, argument in items:
+        inner = max(1, sum(_size(part) for part in _subpatterns(argument)))
+        if str(op) in _REPEATS:
+            least, most, _ = argument
+            inner *= least + 1 if most == re_syntax.MAXREPEAT else most
+        total += inner
+    return total
+
+
+def _subpatterns(argument):
+    """The parsed groups inside one node's argument (a repetition's body, an alternation's branches, ...)."""
+    if isinstance(argument, re_syntax.SubPattern):
+        yield argument
+    elif isinstance(argument, (tuple, list)):
+        for part in argument:
+            yield from _subpatterns(part)
+
+
+class _RegexBudget:
+    """The size a key map's regexes may come to together, written out (MAX_REGEX_SIZE, raised by its variable);
+    each is sized before it is compiled."""
+
+    def __init__(self):
+        self.spent = 0
+
+    def spend(self, pattern: str, label: str) -> None:
+        limit, regex_shown = max_regex_size(), failures.shown(pattern)
+        past = f"past the limit of {limit:,} for a key map's regexes (a key is a few hundred characters: {_SHORTER})"
+        if len(pattern) > limit:  # not even parsed: the parse of a huge pattern takes memory of its own
+            raise ValueError(f"{label}: the regex {regex_shown} is {len(pattern):,} characters long, {past}")
+        try:
+            size = written_out_size(pattern)
+        except ValueError as error:
+            raise ValueError(f"{label}: {error}") from None
+        if self.spent + size > limit:
+            before = f"; with the key map's regexes before it, {self.spent + size:,}" if self.spent else ""
+            raise ValueError(f"{label}: the regex {regex_shown} is {size:,} characters with each repetition written out, "
+                             f"as the regex module compiles it{before}: {past}")  # fmt: skip
+        self.spent += size
+
+
+def max_regex_size() -> int:
+    """MAX_REGEX_SIZE, or the size its variable names."""
+    text = os.environ.get(MAX_REGEX_VARIABLE)
+    if text is None:
+        return MAX_REGEX_SIZE
+    if not (text.strip().isascii() and text.strip().isdigit() and int(text) > 0):
+        raise ValueError(f"{MAX_REGEX_VARIABLE}={text!r}: the size a key map's regexes may come to is a number, e.g. 100000")
+    return int(text)
 
 
 def _applied(rule: Rename, key: str, where: str) -> str | None:
@@ -205,8 +337,11 @@ def _applied(rule: Rename, key: str, where: str) -> str | None:
 
 
 def _some(arrays: Mapping) -> str:
-    keys = list(arrays)
-    return ", ".join(keys[:SHOWN_KEYS]) + (f", ... ({len(keys)} in all)" if len(keys) > SHOWN_KEYS else "")
+    return _few(list(arrays), SHOWN_KEYS)
+
+
+def _few(keys: list[str], shown: int = 3) -> str:
+    return ", ".join(keys[:shown]) + (f", ... ({len(keys)} in all)" if len(keys) > shown else "")
 
 
 def _under(arrays: Mapping, prefix: str) -> dict[str, tuple]:
@@ -275,21 +410,27 @@ MAX_KEY_MAP_BYTES = 64 * 2**20  # a key map is a few lines; a larger file is not
 
 def load(path) -> KeyMap:
     """A key map from a JSON file; one ValueError naming the file and every problem."""
+    return parse(read_json(path), str(Path(path)))
+
+
+def read_json(path):
+    """The JSON data of key-map file `path` (either kind: a layout's, or convert's pairs); one ValueError naming the
+    file for one that cannot be read, is too large, or is no UTF-8 JSON text."""
     path = Path(path)
     try:
         if path.stat().st_size > MAX_KEY_MAP_BYTES:
             raise ValueError(f"{path}: {path.stat().st_size:,} bytes is not a key map (a JSON file of a few lines)")
         text = path.read_bytes().decode("utf-8")
-        data = json.loads(text)
+        return json.loads(text)
     except OSError as error:
         raise ValueError(f"{path}: cannot read the key map ({error.strerror})") from None
-    except UnicodeDecodeError:
-        raise ValueError(f"{path}: not a UTF-8 text file: a key map is JSON text") from None
+    except UnicodeDecodeError as error:
+        bad = f"byte 0x{error.object[error.start]:02x} at byte {error.start + 1}"
+        raise ValueError(f"{path}: not a UTF-8 JSON key map: not a UTF-8 text file ({bad})") from None
     except json.JSONDecodeError as error:
         raise ValueError(f"{path}: not JSON ({error.msg}, line {error.lineno})") from None
     except RecursionError:
         raise ValueError(f"{path}: nested too deeply to be a key map") from None
-    return parse(data, str(path))
 
 
 def parse(data, where: str) -> KeyMap:
@@ -305,7 +446,8 @@ def parse(data, where: str) -> KeyMap:
     problems += [_code_problem(key, data[key]) for key in ("reference", "runner") if isinstance(data.get(key), str)]
     if not isinstance(data.get("config", {}), dict):
         problems.append('"config" is an object of catalogue options')
-    renames = _entries(data, "renames", _parse_rename, problems)
+    budget = _RegexBudget()
+    renames = _entries(data, "renames", lambda rule, label: _parse_rename(rule, label, budget), problems)
     transforms = _entries(data, "transforms", _parse_transform, problems)
     problems = [problem for problem in problems if problem]
     if problems:
@@ -344,7 +486,7 @@ def _text(rule: dict, key: str, label: str) -> str:
     return value
 
 
-def _parse_rename(rule, label: str) -> Rename:
+def _parse_rename(rule, label: str, budget: _RegexBudget) -> Rename:
     shape = '{"prefix": ..., "to": ...} or {"regex": ..., "to": ...}'
     if not isinstance(rule, dict) or "to" not in rule or ("prefix" in rule) == ("regex" in rule):
         raise ValueError(f"{label}: a rename is {shape}, got {rule!r}")
@@ -355,13 +497,14 @@ def _parse_rename(rule, label: str) -> Rename:
     if "prefix" in rule:
         return Rename(_text(rule, "prefix", label), to, label=label)
     pattern = _text(rule, "regex", label)
+    budget.spend(pattern, label)  # sized before it is compiled
     try:
         compiled = _compiled(pattern)
     except (regex.error, RecursionError, OverflowError) as error:
         raise ValueError(f"{label}: bad regex {pattern!r} ({error})") from None
     _check_groups(compiled, to, label)
-    inverse = _parse_rename(rule["inverse"], f"{label}.inverse") if "inverse" in rule else None
-    return Rename(pattern, to, regex=True, inverse=inverse, label=label)
+    inverse = _parse_rename(rule["inverse"], f"{label}.inverse", budget) if "inverse" in rule else None
+    return Rename(pattern, to, regex=True, inverse=inverse, label=label, compiled=compiled)
 
 
 def _check_groups(compiled, to: str, label: str) -> None:
@@ -404,7 +547,7 @@ def _parse_transform(rule, label: str) -> Transform:
 
 def presets() -> dict[str, KeyMap]:
     """The shipped key maps by name, in name order."""
-    found = (load(path) for path in sorted(PRESETS_DIR.glob("*.json")))
+    found = (dataclasses.replace(load(path), preset=True) for path in sorted(PRESETS_DIR.glob("*.json")))
     return {preset.name: preset for preset in found}
 
 

@@ -17,14 +17,20 @@ of shared.core.taps plus `attention weights` (`[B, T, S]`); per decoder step one
 
 A preset's own reference is our transcription of the tutorial's classes (torch_impl/references.py,
 tf_impl/references.py) holding the file, loaded the tutorial's way.
+
+What the user's code prints while it is imported, builds and runs goes to stderr (prints_to_stderr): `rosetta port`'s
+stdout is its report alone, whose verdict no print of theirs follows or buries.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import importlib
+import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -76,10 +82,60 @@ def load_callable(text: str, what: str = "--reference", shipped: bool = False) -
     return found
 
 
+@contextlib.contextmanager
+def prints_to_stderr() -> Iterator[None]:
+    """Within the block, what is printed to stdout goes to stderr: Python's prints, and writes to the file descriptor
+    (a subprocess, an extension module's own)."""
+    if sys.stdout is not None:
+        sys.stdout.flush()
+    saved = _stdout_onto_stderr()
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        if sys.stderr is not None:
+            sys.stderr.flush()
+        if saved is not None:
+            os.dup2(saved, 1)
+            os.close(saved)
+
+
+def _stdout_onto_stderr() -> int | None:
+    """Descriptor 1 pointed at descriptor 2's file; a copy of the old one to restore, or None where either is missing
+    (Python's prints are redirected all the same)."""
+    try:
+        saved = os.dup(1)
+    except OSError:
+        return None
+    try:
+        os.dup2(2, 1)
+    except OSError:
+        os.close(saved)
+        return None
+    return saved
+
+
+def _printing_to_stderr(run: Callable) -> Callable:
+    """`run`, each call's prints sent to stderr."""
+
+    @functools.wraps(run)
+    def quiet(*args, **kwargs):
+        with prints_to_stderr():
+            return run(*args, **kwargs)
+
+    return quiet
+
+
 def make(builder_text: str, runner_text: str | None, source: str, shipped: bool = False) -> Reference:
     """The reference `builder_text` builds from `source`, run by `runner_text` where it returns a model;
     `shipped`: the builder comes from a key map (only a shipped tutorial model). A runner always comes from
-    a key map."""
+    a key map. The user's code, imported, called and run, prints to stderr."""
+    with prints_to_stderr():
+        made = _make(builder_text, runner_text, source, shipped)
+    return dataclasses.replace(made, run=_printing_to_stderr(made.run))
+
+
+def _make(builder_text: str, runner_text: str | None, source: str, shipped: bool) -> Reference:
     builder = load_callable(builder_text, "reference" if shipped else "--reference", shipped)
     made = builder(source)
     stack = stack_of(made)
