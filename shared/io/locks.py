@@ -3,13 +3,17 @@
 The lock is `fcntl.flock` on `FOLDER/.rosetta-lock`, which holds the holder's pid: the operating system
 releases it when the holder exits, however it ends, so a lock file left by a killed process is simply taken
 over. A process's own child processes (`rosetta train --stack both` runs each stack in one) enter the folders
-it holds: it names them in ROSETTA_HELD_LOCKS, which children inherit.
+it holds: it names them in ROSETTA_HELD_LOCKS, which children inherit. The lock file is opened without following
+a symbolic link: a link (or anything but a plain file) there is refused, naming it, never written through nor
+removed (what it leads to is the user's, and so is the link).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,13 +30,13 @@ HELD_VARIABLE = "ROSETTA_HELD_LOCKS"
 def folder_lock(folder, what: str) -> Iterator[None]:
     """Hold `folder`'s lock for the block; ValueError naming the holder's pid where another process holds it.
     `what` says what the holder is doing (`training`), for that message."""
-    path = Path(folder) / LOCK_NAME
+    path, key = Path(folder) / LOCK_NAME, str(Path(folder).resolve() / LOCK_NAME)  # key: the folder's, never a link's target
     held = os.environ.get(HELD_VARIABLE, "")
-    if fcntl is None or str(path.resolve()) in held.split(os.pathsep):
+    if fcntl is None or key in held.split(os.pathsep):
         yield
         return
     descriptor = _acquire(path, what)
-    os.environ[HELD_VARIABLE] = os.pathsep.join(part for part in (held, str(path.resolve())) if part)
+    os.environ[HELD_VARIABLE] = os.pathsep.join(part for part in (held, key) if part)
     try:
         yield
     finally:
@@ -46,7 +50,7 @@ def folder_lock(folder, what: str) -> Iterator[None]:
 def _acquire(path: Path, what: str) -> int:
     """An open, locked descriptor of `path` holding this pid (the file made if missing)."""
     while True:
-        descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        descriptor = _open_plain(path)
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -59,6 +63,27 @@ def _acquire(path: Path, what: str) -> int:
             os.pwrite(descriptor, f"{os.getpid()}\n".encode(), 0)
             return descriptor
         os.close(descriptor)
+
+
+def _open_plain(path: Path) -> int:
+    """`path` opened read-write (made if missing) where it is a plain file, never through a symbolic link."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)  # O_NONBLOCK: a FIFO does not hang
+    try:
+        descriptor = os.open(path, flags, 0o644)
+    except OSError as error:
+        if error.errno not in (errno.ELOOP, errno.EISDIR, errno.ENXIO):
+            raise
+        raise _not_a_lock_file(path) from None
+    if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+        os.close(descriptor)
+        raise _not_a_lock_file(path)
+    return descriptor
+
+
+def _not_a_lock_file(path: Path) -> ValueError:
+    kind = "a symbolic link" if path.is_symlink() else "not a plain file"
+    return ValueError(f"{path} is {kind}, not the lock file rosetta writes there (it is never written through): "
+                      "remove it, then run again")  # fmt: skip
 
 
 def _same_file(path: Path, descriptor: int) -> bool:
