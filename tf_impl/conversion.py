@@ -17,6 +17,7 @@ import numpy as np
 from keras.src.models.functional import Functional
 
 from shared.core.canonical import RULES
+from shared.io.atomic import contained_temporaries
 from shared.port.conversion import Leaf, map_inputs, positional, shortest_paths, state_block_facts
 from tf_impl.keras_compat.backends import all_layers, check_dtype, exact_float64, float64_policy
 from tf_impl.keras_compat.layers import TorchLSTM, TorchLSTMCell, TorchRNNCell
@@ -80,12 +81,22 @@ def _visit(layer, path: str, found: list, unsupported: list, rules) -> None:
     ):
         unsupported.append(f"{path.rstrip('.') or layer.name} ({type(layer).__name__})")
         return
+    start = len(found)
     for name, child in _children(layer):
         if isinstance(child, keras.layers.Layer):
             _visit(child, f"{path}{name}.", found, unsupported, rules)
         elif isinstance(child, keras.Variable):
             found.append(_leaf(f"{path}{name}", "parameter", "weight", {"value": child}, rules["parameter"], {}))
+    for leaf in found[start:] if bare else []:
+        leaf.facts.update(_attention_facts(layer))
     _add_block_facts(layer, path, found)
+
+
+def _attention_facts(layer) -> dict:
+    """The score and scale of an Attention / AdditiveAttention, stated on its bare weights (its torch twin,
+    torch_impl/keras_layers.py, states them alike): a dot score's `scale` must not pair with a concat score's weight."""
+    score = "additive" if isinstance(layer, keras.layers.AdditiveAttention) else layer.score_mode  # a subclass of Attention
+    return {"score mode": score, "use scale": bool(layer.use_scale)}
 
 
 def _hub_block(layer) -> str | None:
@@ -141,33 +152,55 @@ def _units(layer, path: str, rules) -> list[Leaf] | None:
         if len(forward) != 1:
             raise ValueError(f"{path}: a Bidirectional over stacked cells has no torch counterpart; stack Bidirectional layers")
         name = f"Bidirectional({type(layer.forward_layer).__name__})"
-        return [_cell_leaf(path, name, forward[0], rules, backward[0])]
+        return [_cell_leaf(path, name, forward[0], rules, _loop_facts(layer), backward[0])]
     if isinstance(layer, (keras.layers.RNN, TorchLSTM)):
         cells = _cells_of(layer)
+        loops = layer.stack if isinstance(layer, TorchLSTM) else [layer] * len(cells)  # the layer running each cell
         name = type(layer).__name__
         if len(cells) == 1:
-            return [_cell_leaf(path, name, cells[0], rules)]
-        return [_cell_leaf(f"{path}[{index}]", f"{name} layer {index}", cell, rules) for index, cell in enumerate(cells)]
+            return [_cell_leaf(path, name, cells[0], rules, _loop_facts(loops[0]))]
+        return [_cell_leaf(f"{path}[{index}]", f"{name} layer {index}", cell, rules, _loop_facts(loop))
+                for index, (cell, loop) in enumerate(zip(cells, loops, strict=True))]  # fmt: skip
     if type(layer) in _CELLS:
-        return [_cell_leaf(path, type(layer).__name__, layer, rules)]
+        return [_cell_leaf(path, type(layer).__name__, layer, rules, {"bidirectional": False})]
     return None
+
+
+def _loop_facts(layer) -> dict:
+    """The direction of a recurrent layer (an RNN, or a Bidirectional: its forward layer's, and its merge mode)."""
+    if isinstance(layer, keras.layers.Bidirectional):
+        return {"bidirectional": True, "go backwards": bool(layer.forward_layer.go_backwards), "merge mode": layer.merge_mode}
+    return {"bidirectional": False, "go backwards": bool(layer.go_backwards)}
 
 
 def _simple(layer) -> tuple[str, dict, dict] | None:
-    """(kind, {Keras name: variable}, facts) of a Dense, Embedding, LayerNormalization or Conv1D."""
+    """(kind, {Keras name: variable}, facts) of a Dense, Embedding, LayerNormalization, MultiHeadAttention or
+    Conv1D; the facts: the options of shared.port.conversion.OPTIONS the layer fixes."""
     if isinstance(layer, keras.layers.Dense):
-        return "linear", present(kernel=layer.kernel, bias=layer.bias), {}
+        return "linear", present(kernel=layer.kernel, bias=layer.bias), {"bias": layer.bias is not None}
     if isinstance(layer, keras.layers.Embedding):
-        return "embedding", {"embeddings": layer.embeddings}, {}
+        return "embedding", {"embeddings": layer.embeddings}, {"max norm": None}  # Keras renormalizes no row
     if isinstance(layer, keras.layers.LayerNormalization):
-        axes = len(layer.axis) if isinstance(layer.axis, (list, tuple)) else 1
-        return "layer_norm", present(gamma=layer.gamma, beta=layer.beta), {"eps": float(layer.epsilon), "normalized axes": axes}
+        facts = {"eps": float(layer.epsilon), "normalized axes": _normalized_axes(layer), "rms scaling": bool(layer.rms_scaling)}
+        return "layer_norm", present(gamma=layer.gamma, beta=layer.beta), facts
     if isinstance(layer, keras.layers.MultiHeadAttention):
-        return "multi_head_attention", attention_variables(layer), {"heads": layer.num_heads}
+        return "multi_head_attention", attention_variables(layer), {"heads": layer.num_heads, "bias": bool(layer.use_bias)}
     if isinstance(layer, keras.layers.Conv1D):
-        facts = {"stride": layer.strides[0], "dilation": layer.dilation_rate[0], "groups": layer.groups, "padding": layer.padding}
+        facts = {"stride": layer.strides[0], "dilation": layer.dilation_rate[0], "groups": layer.groups, "padding": layer.padding,
+                 "bias": layer.bias is not None}  # fmt: skip
         return "conv1d", present(kernel=layer.kernel, bias=layer.bias), facts
     return None
+
+
+def _normalized_axes(layer) -> str:
+    """A LayerNormalization's axes in torch's words (`the last 1`: torch normalizes trailing axes only), or as
+    Keras gives them where they are others."""
+    axes = sorted(layer.axis) if isinstance(layer.axis, (list, tuple)) else [layer.axis]
+    rank = len((layer.get_build_config() or {}).get("input_shape") or ()) or None  # None: built without a shape
+    trailing = [axis - rank if axis >= 0 and rank else axis for axis in axes]
+    if trailing == list(range(-len(axes), 0)):
+        return f"the last {len(axes)}"
+    return f"axis {axes}" + (f" of rank {rank}" if rank else "")
 
 
 def _cells_of(layer) -> list:
@@ -177,15 +210,17 @@ def _cells_of(layer) -> list:
     return list(cell.cells) if isinstance(cell, keras.layers.StackedRNNCells) else [cell]
 
 
-def _cell_leaf(path: str, name: str, cell, rules, reverse=None) -> Leaf:
-    """One recurrent leaf: `cell` as `_l0`, and `reverse` (a Bidirectional's backward cell) as `_l0_reverse`."""
+def _cell_leaf(path: str, name: str, cell, rules, direction: dict, reverse=None) -> Leaf:
+    """One recurrent leaf: `cell` as `_l0`, and `reverse` (a Bidirectional's backward cell) as `_l0_reverse`;
+    `direction`: its loop's facts (_loop_facts; a bare cell's states none but `bidirectional`)."""
     kind, summed = _cell_kind(cell, path)
     variables = _cell_variables(cell, "_l0")
     if reverse is not None:
         variables.update(_cell_variables(reverse, "_l0_reverse"))
-    facts = {"activation": _activation(cell, "activation", "tanh")}  # our Torch cells fix torch's own
-    if kind != "rnn":
+    facts = {"activation": _activation(cell, "activation", "tanh"), "bias": getattr(cell, "bias", None) is not None}
+    if kind != "rnn":  # our Torch cells fix torch's own activations
         facts["recurrent activation"] = _activation(cell, "recurrent_activation", "sigmoid")
+    facts.update(direction)
     rule = rules[f"{kind}_summed" if summed else kind]
     return _leaf(path, kind, name, variables, rule, facts, summed)
 
@@ -320,7 +355,8 @@ def load_file(model, path, fmt: str, factory=None, inputs=None):
 
     if fmt == "keras":
         try:
-            return keras.saving.load_model(path, safe_mode=True)
+            with contained_temporaries():  # a refused archive (a zip bomb) leaves Keras's temporary folder behind
+                return keras.saving.load_model(path, safe_mode=True)
         except Exception as error:  # noqa: BLE001 (Keras raises many kinds for a bad or unknown file)
             raise ValueError(f"{path}: not a loadable Keras model ({type(error).__name__}: {error}); is the module "
                              "defining its classes imported by --keras-model?") from None  # fmt: skip

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from shared.port.conversion import Leaf, map_inputs, positional, shortest_paths, state_block_facts
+from torch_impl.keras_layers import AdditiveAttention, Attention
 
 SUPPORTED = (
     "Linear, Embedding, RNN, GRU, LSTM, RNNCell, GRUCell, LSTMCell, LayerNorm, Conv1d, MultiheadAttention, a bare Parameter"
@@ -55,8 +56,11 @@ def _visit(module: nn.Module, path: str, found: list, unsupported: list) -> None
     if own and type(module).__module__.startswith("torch."):  # a torch layer with no rule (BatchNorm1d, ...)
         unsupported.append(f"{path.rstrip('.') or 'the model'} (nn.{type(module).__name__})")
         return
+    start = len(found)
     for name, param in own:  # a bare parameter of the user's own module
         found.append(_leaf(f"{path}{name}", "parameter", "Parameter", {"": param}, {}))
+    for leaf in found[start:] if isinstance(module, (Attention, AdditiveAttention)) else []:
+        leaf.facts.update(_attention_facts(module))
     for name, child in module._modules.items():  # every name, not named_children's first: shortest_paths picks
         if child is not None:
             _visit(child, f"{path}{name}.", found, unsupported)
@@ -69,6 +73,12 @@ def _add_block_facts(block: nn.Module, path: str, found: list) -> None:
     states its own alike)."""
     activation = getattr(block.activation, "__name__", type(block.activation).__name__.lower())
     state_block_facts(found, path, {"norm first": bool(block.norm_first), "activation": activation})
+
+
+def _attention_facts(twin: Attention | AdditiveAttention) -> dict:
+    """The score and scale of a twin of Keras's Attention / AdditiveAttention, stated on its bare weights (its
+    Keras twin states them alike): a dot score's `scale` must not pair with a concat score's weight."""
+    return {"score mode": getattr(twin, "score_mode", "additive"), "use scale": bool(twin.use_scale)}
 
 
 def _kind(module: nn.Module) -> str | None:
@@ -119,21 +129,31 @@ def _layer_of(key: str) -> int:
 
 
 def _recurrent_facts(module: nn.Module, kind: str) -> dict:
-    activation = getattr(module, "nonlinearity", "tanh")
-    return {"activation": activation} if kind == "rnn" else {"activation": "tanh", "recurrent activation": "sigmoid"}
+    """Activations, bias and direction: a layer reads forwards and concatenates its two directions' outputs; a
+    cell states no `go backwards` (the model's own loop decides it)."""
+    facts = {"activation": getattr(module, "nonlinearity", "tanh"), "bias": bool(module.bias)}
+    if kind != "rnn":
+        facts["recurrent activation"] = "sigmoid"
+    bidirectional = bool(getattr(module, "bidirectional", False))
+    facts["bidirectional"] = bidirectional
+    if isinstance(module, nn.RNNBase):
+        facts["go backwards"] = False
+    return {**facts, "merge mode": "concat"} if bidirectional else facts
 
 
 def _simple_facts(module: nn.Module, kind: str) -> dict:
+    """The options of shared.port.conversion.OPTIONS a Linear, Embedding, LayerNorm, Conv1d or
+    MultiheadAttention fixes."""
     if kind == "layer_norm":
-        if len(module.normalized_shape) != 1:
-            return {"normalized axes": len(module.normalized_shape)}
-        return {"eps": float(module.eps), "normalized axes": 1}
+        return {"eps": float(module.eps), "normalized axes": f"the last {len(module.normalized_shape)}", "rms scaling": False}
     if kind == "multi_head_attention":
-        return {"heads": module.num_heads}
+        return {"heads": module.num_heads, "bias": module.in_proj_bias is not None}
     if kind == "conv1d":
         return {"stride": module.stride[0], "dilation": module.dilation[0], "groups": module.groups,
-                "padding": _padding(module)}  # fmt: skip
-    return {}
+                "padding": _padding(module), "bias": module.bias is not None}  # fmt: skip
+    if kind == "linear":
+        return {"bias": module.bias is not None}
+    return {"max norm": module.max_norm}  # embedding: torch renormalizes rows above it as it looks them up
 
 
 def _padding(conv: nn.Conv1d) -> str:

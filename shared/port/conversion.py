@@ -17,7 +17,12 @@ leaf rules of shared.core.canonical), pairs the leaves of the two models, and co
 
 Strict: every source weight is used once and every target weight filled; otherwise one ValueError lists
 the target leaves left empty, the source leaves left over, the pairs whose shapes or configuration differ,
-and proposes a key map pairing the leftovers by shape. A stacked recurrent layer is one leaf per layer
+and proposes a key map pairing the leftovers by shape. A leaf's configuration is the options of its kind
+(OPTIONS: an epsilon, a head count, a score mode, a direction, ...) that change its function where its weights
+cannot show it; a pair stating two values of one is refused, naming the pair, the option and both values.
+Where a model's own code can do what the option does around the layer (AROUND_THE_LAYER: a torch model reverses
+its sequence with `flip`, sums a bidirectional layer's halves), the pair is settled by running both models on
+`inputs`, as a pair made by order is. A stacked recurrent layer is one leaf per layer
 (`rnn[0]`, `rnn[1]`), so torch's `nn.LSTM(num_layers=2, bidirectional=True)` pairs with two Keras
 `Bidirectional(LSTM)` layers.
 
@@ -48,6 +53,28 @@ SUMMED_NOTE = (
 )
 ZEROED_NOTE = "{targets}: the Keras {layer}'s one bias went to b_ih, b_hh is zeros (the forward pass is equal)"
 
+_RECURRENT = ("activation", "recurrent activation", "bias", "bidirectional", "go backwards", "merge mode")
+# The options of each kind of leaf that change its function where its weights cannot show it: each stack's walk
+# states those its layer fixes (Leaf.facts; a cell fixes no direction, a bare weight of your own module nothing), and
+# a pair stating two values of one does not pair. Not here, as a torch model's forward does them as a rule: a Dense's
+# or Conv1D's activation, return_sequences / return_state, mask_zero, stateful, batch_first, causal masks (arguments
+# of a call in both frameworks); dropout acts in training only.
+OPTIONS: dict[str, tuple[str, ...]] = {
+    "linear": ("bias",),
+    "embedding": ("max norm",),
+    "rnn": tuple(option for option in _RECURRENT if option != "recurrent activation"),
+    "gru": _RECURRENT,
+    "lstm": _RECURRENT,
+    "layer_norm": ("eps", "normalized axes", "rms scaling"),
+    "conv1d": ("stride", "dilation", "groups", "padding", "bias"),
+    "multi_head_attention": ("heads", "bias", "norm first", "activation"),  # a Transformer block's, on its self_attn
+    "parameter": ("score mode", "use scale"),  # Keras's Attention / AdditiveAttention and their torch twins
+}
+# Options a model's own code can do around the layer: torch's layers read forwards and concatenate a bidirectional
+# layer's halves, and a torch model may flip the sequence or sum the halves itself (tests/zoo/tf_nmt_2022_torch.py).
+# A pair differing in one is settled by running both models on `inputs`, refused without them.
+AROUND_THE_LAYER = frozenset({"go backwards", "merge mode"})
+
 
 @dataclasses.dataclass
 class Leaf:
@@ -59,7 +86,7 @@ class Leaf:
         kind: the leaf rule's kind: linear, embedding, rnn, gru, lstm, layer_norm, conv1d, parameter.
         layer: what the user wrote, for messages (`nn.LSTM layer 1`, `Bidirectional(LSTM)`).
         shapes: canonical suffix -> shape, in torch's layout (`weight_ih_l0`, `bias`, ...).
-        facts: configuration both sides must share for equal outputs (activation, eps, stride, ...).
+        facts: the options of its kind (OPTIONS) its layer fixes, which both sides must share for equal outputs.
         read: () -> the canonical arrays; write: canonical arrays -> None (cast to the leaf's dtype).
         summed: a stock Keras cell holding one bias (b_ih + b_hh).
         handles: the framework's weight objects behind it (a walk finds the weights no leaf covers).
@@ -147,16 +174,16 @@ def convert(source, target, key_map=None, rules=None, inputs=None) -> Conversion
     target_leaves = walker(target_stack).leaves(target, rules)
     pairs = pair_leaves(source_leaves, target_leaves, _pairs_named(key_map))
     guessed = [pair for pair in pairs if pair.how == GUESSED]
-    if guessed and inputs is None:
-        raise ValueError(f"{_guess_text(guessed)}: pass inputs= (a batch both models run on) to settle them, or a key "
-                         f"map naming the pairs, e.g. {_key_map_of(guessed)}")  # fmt: skip
-    before = [pair.target.read() for pair in pairs] if guessed else []
+    undecided = "; ".join(filter(None, [guessed and _guess_text(guessed), _around_text(pairs)]))
+    if undecided and inputs is None:
+        named = f", or a key map naming the pairs, e.g. {_key_map_of(guessed)}" if guessed else ""
+        raise ValueError(f"{undecided}: pass inputs= (a batch both models run on) to settle them{named}")
+    before = [pair.target.read() for pair in pairs] if undecided else []
     for pair in pairs:
         pair.target.write(pair.source.read())
-    if guessed:
-        _settle(source, target, inputs, pairs, guessed, before)
-    notes = _notes(pairs) + ([(f"{_guess_text(guessed)}; running both models on the inputs settled them", False)]
-                             if guessed else [])  # fmt: skip
+    if undecided:
+        _settle(source, target, inputs, pairs, guessed, undecided, before)
+    notes = _notes(pairs) + ([(f"{undecided}; running both models on the inputs settled them", False)] if undecided else [])
     for note in (note for note, drifts in notes if drifts):  # said also where a notebook ignores the report
         warnings.warn(note, stacklevel=2)
     return Conversion(source_stack, target_stack, pairs, [note for note, _ in notes], sum(len(p.source.shapes) for p in pairs),
@@ -183,9 +210,15 @@ def _key_map_of(pairs: list[Pair]) -> str:
     return json.dumps({pair.source.path: pair.target.path for pair in pairs})
 
 
-def _settle(source, target, inputs, pairs: list[Pair], guessed: list[Pair], before: list[dict]) -> None:
-    """Both models run on `inputs`: equal outputs settle the pairs made by order; otherwise the target gets
-    its weights back and one error names those pairs."""
+def _around_text(pairs: list[Pair]) -> str:
+    """The pairs differing in options a model's own code may do around the layer (AROUND_THE_LAYER), or ""."""
+    listed = "; ".join(_fact_lines(pairs, around=True))
+    return f"configuration differs in what a model's own code may do around the layer ({listed})" if listed else ""
+
+
+def _settle(source, target, inputs, pairs: list[Pair], guessed: list[Pair], undecided: str, before: list[dict]) -> None:
+    """Both models run on `inputs`: equal outputs settle the pairs made by order and the options done around
+    a layer; otherwise the target gets its weights back and one error names them."""
     check = verify(source, target, inputs)
     if check.ok:
         return
@@ -193,9 +226,10 @@ def _settle(source, target, inputs, pairs: list[Pair], guessed: list[Pair], befo
         pair.target.write(arrays)
     worst = max((c for c in check.components if c.max_abs is not None), key=lambda c: c.max_abs, default=None)
     differs = f"{worst.name} differs by {worst.max_abs:.1e}" if worst is not None else "the outputs differ"
-    raise ValueError(f"{_guess_text(guessed)}, and with them the models' outputs differ on the inputs ({differs}): "
-                     f"name the pairs in a key map (this one is the order tried: {_key_map_of(guessed)}); the target "
-                     "keeps its weights")  # fmt: skip
+    remedies = [f"name the pairs in a key map (this one is the order tried: {_key_map_of(guessed)})"] if guessed else []
+    remedies += ["build the two layers with the same options"] if _around_text(pairs) else []
+    raise ValueError(f"{undecided}, and with them the models' outputs differ on the inputs ({differs}): "
+                     f"{'; '.join(remedies)}; the target keeps its weights")  # fmt: skip
 
 
 # ---- pairing ----
@@ -234,10 +268,7 @@ def _pairs_named(key_map) -> NamedPairs:
 
 
 def _load_key_map(path: Path):
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as error:
-        raise ValueError(f"key map {path}: cannot read it ({error})") from None
+    data = layouts.read_json(path)  # one line naming the file: unreadable, too large, not UTF-8 or not JSON
     if isinstance(data, dict) and "renames" in data:
         return layouts.parse(data, str(path))
     if isinstance(data, dict) and all(isinstance(v, str) for v in data.values()):
@@ -249,6 +280,7 @@ def pair_leaves(sources: list[Leaf], targets: list[Leaf], named: NamedPairs | No
     """Pair by the key map, then by path and kind, then by kind and shapes (in order among several
     candidates); strict (see the module docstring)."""
     named = named or _pairs_named(None)
+    _check_options([*sources, *targets])
     by_path = {leaf.path: leaf for leaf in targets}
     unknown = [f"{leaf.path} -> {named.target(leaf.path)}" for leaf in sources if named.target(leaf.path) not in (None, *by_path)]
     idle = named.idle([leaf.path for leaf in sources])
@@ -335,7 +367,7 @@ def _check(pairs: list[Pair], unused: list[Leaf], empty: list[Leaf]) -> None:
     """One ValueError listing every problem, with a key map pairing the leftovers by shape."""
     wrong = [p for p in pairs if p.source.shapes != p.target.shapes]
     misshaped = [f"{p.source.describe()} -> {p.target.describe()}: {_shapes(p.source)} != {_shapes(p.target)}" for p in wrong]
-    differing = [f"{p.source.path} -> {p.target.path}: {problem}" for p in pairs for problem in _fact_problems(p)]
+    differing = _fact_lines(pairs, around=False)
     problems = [
         ("target layers left empty", [leaf.describe() for leaf in empty]),
         ("source layers left over", [leaf.describe() for leaf in unused]),
@@ -365,14 +397,28 @@ def _shapes(leaf: Leaf) -> str:
     return ", ".join(f"{suffix or 'value'} {tuple(shape)}" for suffix, shape in leaf.shapes.items())
 
 
-def _fact_problems(pair: Pair) -> list[str]:
-    """Each configuration fact the two leaves state differently (both must state it)."""
-    a, b = pair.source.facts, pair.target.facts
-    return [f"{name} {a[name]!r} != {b[name]!r}" for name in a if name in b and not _same(a[name], b[name])]
+def _check_options(leaves: list[Leaf]) -> None:
+    """Each fact a walk states is an option of its leaf's kind (OPTIONS): the one table both stacks follow."""
+    unlisted = [f"{leaf.describe()}: {name}" for leaf in leaves for name in leaf.facts if name not in OPTIONS.get(leaf.kind, ())]
+    if unlisted:
+        raise ValueError(f"options no entry of shared.port.conversion.OPTIONS lists for their kind: {', '.join(unlisted)}")
+
+
+def _fact_lines(pairs: list[Pair], around: bool) -> list[str]:
+    """`source path -> target path: option source value != target value` for each option both leaves of a pair
+    state differently, of those done around the layer (AROUND_THE_LAYER) or of the others."""
+    lines = []
+    for pair in pairs:
+        a, b = pair.source.facts, pair.target.facts
+        differ = [name for name in a if name in b and (name in AROUND_THE_LAYER) == around and not _same(a[name], b[name])]
+        lines += [f"{pair.source.path} -> {pair.target.path}: {name} {a[name]!r} != {b[name]!r}" for name in differ]
+    return lines
 
 
 def _same(a, b) -> bool:
-    if isinstance(a, float) or isinstance(b, float):
+    """Equal; numbers as floats, to rounding (a bool or None is no number: `max norm` None != 2.0)."""
+    numbers = all(isinstance(value, (int, float)) and not isinstance(value, bool) for value in (a, b))
+    if numbers and (isinstance(a, float) or isinstance(b, float)):
         return math.isclose(float(a), float(b), rel_tol=1e-9)
     return a == b
 

@@ -301,12 +301,14 @@ def _nmt_2022(side: str, dtype: str, eps: float | None = None):
 @pytest.mark.parametrize("source", ["torch", "tf"])
 def test_the_2022_tf_tutorials_translator_ports_both_ways_with_its_pytorch_twin(source, dtype):
     """The tutorial's own classes (tests/tutorials/tf_nmt_2022.py) and a PyTorch twin written with
-    nn.MultiheadAttention: every layer pairs by name; logits and the kept attention weights agree."""
+    nn.MultiheadAttention: every layer pairs by name; logits and the kept attention weights agree. The twin sums
+    its bidirectional GRU's halves itself (Keras's merge_mode='sum'), which running both models settles."""
     keras_model, inputs = _nmt_2022("tf", dtype)
     torch_model, _ = _nmt_2022("torch", dtype)
     src, dst = (torch_model, keras_model) if source == "torch" else (keras_model, torch_model)
-    done = convert(src, dst)
+    done = convert(src, dst, inputs=inputs)
     assert {pair.how for pair in done.pairs} == {"name"} and len(done.pairs) == 7
+    assert "merge mode 'concat' != 'sum'" in done.render() or "merge mode 'sum' != 'concat'" in done.render()
     torch_logits = torch_model(*(torch.as_tensor(array) for array in inputs)).detach().numpy()
     keras_logits = np.asarray(keras_model(inputs))
     assert np.abs(torch_logits - keras_logits).max() <= BOUNDS[dtype]
