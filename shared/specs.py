@@ -70,6 +70,9 @@ class RunConfig:
             loss): fewer distinct shapes, so tf.function traces less often.
         steps_per_epoch: an epoch of this many batches from the repeated, reshuffled data (None: one pass).
         patience: stop once the validation loss has not improved for this many epochs (None: never).
+        fingerprints: what the run was built from, by sha256: its corpus (`corpus`: every split's token ids) and both
+            vocabularies (`src_vocab`, `tgt_vocab`); a run trains and loads only on a `corpus/` that matches them
+            (shared.train.runs.check_corpus). Empty in a run.json of an older version; not compared by `==`.
     """
 
     model: str
@@ -89,6 +92,7 @@ class RunConfig:
     corpus_options: dict = field(default_factory=dict)
     steps_per_epoch: int | None = None
     patience: int | None = None
+    fingerprints: dict = field(default_factory=dict, compare=False)
 
     def to_json(self) -> dict:
         return {"format": RUN_FORMAT, **dataclasses.asdict(self), "spec": dataclasses.asdict(self.spec)}

@@ -8,6 +8,7 @@ builds each padded batch only when it is read."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import zipfile
@@ -301,6 +302,17 @@ class Corpus:
                 f"model {model!r} has one vocabulary, the corpus has {len(self.src_vocab)} and {len(self.tgt_vocab)}"
             )
         return overrides
+
+    def fingerprint(self) -> str:
+        """sha256 hex of what the corpus holds: its name, special ids, every split's token ids and the references (not
+        `options`: run.json keeps those), so the same corpus saved and loaded again gives the same fingerprint."""
+        described = [self.name, self.special_ids, list(self.splits), self.references]
+        digest = hashlib.sha256(json.dumps(described, ensure_ascii=False, sort_keys=True).encode())
+        for sides in self.splits.values():
+            for sequences in sides:
+                digest.update(np.ascontiguousarray(sequences.ids, dtype=np.int32))
+                digest.update(np.ascontiguousarray(sequences.offsets, dtype=np.int64))
+        return digest.hexdigest()
 
     def save(self, folder: str | os.PathLike) -> None:
         """Write `src_vocab.json`, `tgt_vocab.json` and then `corpus.npz` (ids + vocabulary fingerprints), each atomically."""

@@ -3,9 +3,11 @@ files, read once, streaming, into a `Corpus` named "corpus" that any catalogue m
 
 The folder holds `train.SRC` and `train.TGT`, a validation split `valid.*` (or `val.*`, `dev.*`) and optionally
 `test.*` (without one the final evaluation uses the validation split, as `runs.final_split` does), each plain text
-or `.gz`, UTF-8, one sentence per line, line i of one side the translation of line i of the other. Lines are
-stripped; an empty line is an error naming its file and line (the two sides would no longer pair up if it were
-dropped from one), as are unequal line counts, bytes that are not UTF-8 and a corrupt or truncated `.gz`.
+or `.gz`, UTF-8, one sentence per line, line i of one side the translation of line i of the other. Lines end as most
+of the file's first chunk's do (LF, CRLF, or an old Mac's CR) and are stripped; an empty line is an error naming its file and
+line (the two sides would no longer pair up if it were dropped from one), as are unequal line counts, a line longer
+than MAX_LINE_BYTES (raised by $ROSETTA_MAX_LINE_BYTES), bytes that are not UTF-8 (a UTF-16 or UTF-32 file named as
+such) and a corrupt or truncated `.gz`.
 
 Tokens: spaCy's rule-based tokenizer of each language (`spacy.blank(lang)`, no download; whitespace tokens
 dropped) or a split on whitespace; lowercased unless asked not to. Each side's vocabulary is built from the train
@@ -22,10 +24,12 @@ corpus costs about 4 bytes a token and 8 a sentence, never a Python object per t
 
 from __future__ import annotations
 
+import codecs
 import gzip
 import hashlib
 import io
 import itertools
+import os
 import re
 import sys
 import zlib
@@ -38,6 +42,7 @@ import numpy as np
 from shared import catalogue, documents
 from shared.data.corpora import OWN_CORPUS, Corpus, Sequences, check_count, trains_on_text
 from shared.data.vocab import Vocab
+from shared.failures import shown
 
 SPLIT_STEMS = {"train": ("train",), "val": ("valid", "val", "dev"), "test": ("test",)}  # split -> file stems
 TOKENIZERS = ("spacy", "whitespace")
@@ -55,6 +60,13 @@ _LANG = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,31}")
 _INT32, _INT64 = (next(code for code in codes if array(code).itemsize == size) for codes, size in (("il", 4), ("lq", 8)))
 _CHUNK = 1 << 20  # bytes read at a time
 _CHUNK_IDS = 1 << 22  # ids counted or remapped at a time (bounds numpy's temporaries)
+# A line holds one sentence, which a model trains as one sequence: the limit is far above any sentence (some ten
+# thousand words), so a longer line is a file that is not one sentence a line (a document a line, a binary file),
+# refused before its tokens cost memory; a user who means such lines raises it ($ROSETTA_MAX_LINE_BYTES).
+MAX_LINE_BYTES, MAX_LINE_VARIABLE = 1 << 16, "ROSETTA_MAX_LINE_BYTES"
+_BYTE_ORDER_MARKS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"), (codecs.BOM_UTF16_LE, "utf-16"),
+                     (codecs.BOM_UTF16_BE, "utf-16"))  # fmt: skip
+_SAMPLE = 4096  # the first bytes of a file looked at for UTF-16/32 without a byte-order mark
 
 
 # ---------------------------------------------------------------- what the user asks for
@@ -248,20 +260,42 @@ class _Counted(io.RawIOBase):
         super().close()
 
 
+def max_line_bytes() -> int:
+    """The longest line a corpus file may hold, in bytes: MAX_LINE_BYTES, or $ROSETTA_MAX_LINE_BYTES where set."""
+    text = os.environ.get(MAX_LINE_VARIABLE)
+    if text is None:
+        return MAX_LINE_BYTES
+    if not (text.strip().isascii() and text.strip().isdigit() and int(text) > 0):
+        raise ValueError(
+            f"{MAX_LINE_VARIABLE}={shown(text)}: the longest line of a corpus file is a number of bytes, e.g. 1000000"
+        )
+    return int(text)
+
+
 def _lines(path: Path, counted: _Counted) -> Iterator[str]:
-    """The stripped lines of `path` (`.gz`: decompressed), decoded as UTF-8; a bad byte or a corrupt gzip stream
-    raises ValueError naming the file and line."""
-    gz = path.name.endswith(".gz")
-    number = 0
+    """The stripped lines of `path` (`.gz`: decompressed), decoded as UTF-8, split at the file's own line ends (LF,
+    CRLF or an old Mac's CR: `_separator`); reading holds one chunk and one line at most. A line longer than
+    `max_line_bytes()`, a UTF-16/32 or compressed file, a byte that is not UTF-8, a NUL byte or a corrupt gzip stream
+    raises ValueError naming the file (and the line)."""
+    gz, limit, number = path.name.endswith(".gz"), max_line_bytes(), 0
     try:
         stream = io.BufferedReader(counted, _CHUNK)
-        if gz:  # buffered again: lines are then split in C, not by GzipFile.readline
-            stream = io.BufferedReader(gzip.GzipFile(fileobj=stream, mode="rb"), _CHUNK)
-        for number, raw in enumerate(stream, start=1):  # noqa: B007 (number names the line of an error below)
+        if gz:
+            stream = gzip.GzipFile(fileobj=stream, mode="rb")
+        chunks = iter(lambda: stream.read(_CHUNK), b"")
+        separator, head = _separator(chunks, limit)
+        if head:
+            _check_head(path, head[0], gz)
+        for number, raw in enumerate(_split(itertools.chain(head, chunks), separator, limit, path), start=1):  # noqa: B007
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as error:
                 raise ValueError(_not_utf8(path, number, raw, error)) from None
+            if "\x00" in text:
+                raise ValueError(
+                    f"{path}, line {number}: a NUL byte (0x00) at byte {raw.index(0) + 1} of the line: not text; a corpus "
+                    "file is UTF-8 text, one sentence a line"
+                )
             yield (text[1:] if number == 1 and text.startswith("\ufeff") else text).strip()  # a byte-order mark
         counted.drain()
     except (OSError, EOFError, zlib.error) as error:
@@ -272,11 +306,89 @@ def _lines(path: Path, counted: _Counted) -> Iterator[str]:
         counted.close()
 
 
-def _not_utf8(path: Path, number: int, raw: bytes, error: UnicodeDecodeError) -> str:
-    hint = " (the file looks gzip-compressed: name it .gz)" if number == 1 and raw.startswith(b"\x1f\x8b") else ""
+def _separator(chunks: Iterator[bytes], limit: int) -> tuple[bytes, list[bytes]]:
+    """The line end of a file, the one most line ends of its first chunk are: LF (LF and CRLF files: a CR left at a
+    line's end goes with the spaces) or a lone CR (an old Mac's file), so a stray CR inside a line of an LF file stays
+    there (as `wc -l` counts), and a stray LF in a CR file; and the chunks read to decide (those of its first `limit`
+    bytes at most), to be split first."""
+    seen, size = [], 0
+    for chunk in chunks:
+        seen.append(chunk)
+        lf, lone_cr = chunk.count(b"\n"), chunk.count(b"\r") - chunk.count(b"\r\n")
+        if lf or lone_cr:
+            return (b"\r" if lone_cr > lf else b"\n"), seen
+        size += len(chunk)
+        if size > limit:  # no line end yet: the first line is too long (`_split` says so)
+            break
+    return b"\n", seen
+
+
+def _split(chunks: Iterator[bytes], separator: bytes, limit: int, path: Path) -> Iterator[bytes]:
+    """The lines of a stream of chunks, without their `separator`; a line longer than `limit` bytes raises ValueError
+    naming `path` and the line as soon as it is seen, so reading holds no more than a chunk and `limit` bytes."""
+    pending, size, number = [], 0, 0
+    for chunk in chunks:
+        pieces = chunk.split(separator)
+        for piece in pieces[:-1]:
+            number += 1
+            if size + len(piece) > limit:
+                raise ValueError(_too_long(path, number, limit))
+            yield b"".join((*pending, piece)) if pending else piece
+            pending, size = [], 0
+        pending.append(pieces[-1])
+        size += len(pieces[-1])
+        if size > limit:
+            raise ValueError(_too_long(path, number + 1, limit))
+    if size:
+        yield b"".join(pending)
+
+
+def _too_long(path: Path, number: int, limit: int) -> str:
     return (
-        f"{path}, line {number}: not UTF-8 text (byte 0x{raw[error.start]:02x} at byte {error.start + 1} of the line)"
-        f"{hint}; convert the file to UTF-8, e.g. iconv -f latin1 -t utf-8"
+        f"{path}, line {number}: longer than {limit:,} bytes, the longest line a corpus file may hold (a line holds "
+        "one sentence: is this file one sentence a line?); where such lines are meant, raise the limit with "
+        f"{MAX_LINE_VARIABLE}=BYTES"
+    )
+
+
+def _check_head(path: Path, head: bytes, gz: bool) -> None:
+    """Refuse a file whose first bytes are no UTF-8 text: gzip data under a plain name, UTF-16 or UTF-32."""
+    if not gz and head.startswith(b"\x1f\x8b"):
+        raise ValueError(f"{path}, line 1: not UTF-8 text (the file looks gzip-compressed: name it .gz)")
+    wide = _wide_encoding(head)
+    if wide is not None:
+        encoding, why = wide
+        raise ValueError(
+            f"{path}: {encoding.upper()} text ({why}), not UTF-8; convert the file to UTF-8, e.g. iconv -f {encoding} -t utf-8"
+        )
+
+
+def _wide_encoding(head: bytes) -> tuple[str, str] | None:
+    """(iconv's name, why) of the UTF-16 or UTF-32 encoding a file's first bytes `head` are in: by its byte-order mark,
+    else by its NUL bytes, the high bytes of ASCII characters (all on one side of each character, and at least one
+    for each LF); None for anything else."""
+    for mark, encoding in _BYTE_ORDER_MARKS:
+        if head.startswith(mark):
+            return encoding, "it starts with a byte-order mark"
+    sample = head[: _SAMPLE - _SAMPLE % 4]
+    if len(sample) < 4 or b"\x00" not in sample:
+        return None
+    zeros = [sample[offset::4].count(0) for offset in range(4)]  # NUL bytes at each position mod 4
+    quarter = len(sample) // 4
+    for encoding, wide in (("utf-32le", (2, 3)), ("utf-32be", (0, 1))):
+        if all(zeros[offset] == quarter for offset in wide):
+            return encoding, "NUL bytes in two of every four"
+    odd, even = zeros[1] + zeros[3], zeros[0] + zeros[2]
+    for encoding, ones, others in (("utf-16le", odd, even), ("utf-16be", even, odd)):
+        if not others and ones >= max(1, sample.count(b"\n")):
+            return encoding, "NUL bytes in one of every two"
+    return None
+
+
+def _not_utf8(path: Path, number: int, raw: bytes, error: UnicodeDecodeError) -> str:
+    return (
+        f"{path}, line {number}: not UTF-8 text (byte 0x{raw[error.start]:02x} at byte {error.start + 1} of the line); "
+        "convert the file to UTF-8, e.g. iconv -f latin1 -t utf-8"
     )
 
 
@@ -456,25 +568,22 @@ def file_fingerprint(path: Path) -> dict:
 
 def check_options(saved: dict, options: dict, folder) -> None:
     """Refuse a corpus read with other options (the folder, languages, tokenizer, case, sizes, specials) than
-    `options` (normalized): one ValueError naming each difference."""
-    saved = {key: value for key, value in saved.items() if key != "files"}
+    `options` (normalized), or from files that have changed since (`saved["files"]`: their names, sizes and sha256):
+    one ValueError naming each difference of options, or the first file that differs. `folder`: the run that read it."""
     differences = [f"{key} {saved.get(key)!r} (saved) vs {options.get(key)!r} (asked)"
-                   for key in sorted(set(saved) | set(options)) if saved.get(key) != options.get(key)]  # fmt: skip
+                   for key in sorted((set(saved) | set(options)) - {"files"}) if saved.get(key) != options.get(key)]  # fmt: skip
     if differences:
         raise ValueError(
             f"the corpus saved in {folder} was read with other options: {'; '.join(differences)}; use another "
             "--run-dir, or delete it"
         )
+    if "files" in saved:
+        _check_files(saved["files"], options, folder)
 
 
-def check_saved(corpus: Corpus, options: dict, folder) -> None:
-    """Refuse a saved corpus (a run's `corpus/`) that was read with other options than `options` (normalized), or
-    from files that have changed since: one ValueError saying what differs."""
-    if corpus.name != OWN_CORPUS:
-        raise ValueError(f"the corpus saved in {folder} is {corpus.name}, not an own corpus; use another --run-dir")
-    check_options(corpus.options, options, folder)
+def _check_files(recorded: dict, options: dict, folder) -> None:
+    """Refuse corpus files that are not those `recorded` (split -> each side's name, size and sha256) when read."""
     files = find_files(options["path"], options["langs"])
-    recorded = corpus.options.get("files", {})
     now_names = {split: [path.name for path in paths] for split, paths in files.items()}
     then_names = {split: [record["file"] for record in records] for split, records in recorded.items()}
     if now_names != then_names:
@@ -488,6 +597,14 @@ def check_saved(corpus: Corpus, options: dict, folder) -> None:
             if now != record:
                 what = "size" if now["bytes"] != record["bytes"] else "content (sha256)"
                 raise ValueError(
-                    f"{path} has changed since the run read it into {folder} (its {what} differs); use another "
-                    "--run-dir, or delete it"
+                    f"{path} has changed since the run read it into {folder} (its {what} differs): the run trains on the "
+                    "copy it read; put the file back as it was, or train the changed corpus in another --run-dir"
                 )
+
+
+def check_saved(corpus: Corpus, options: dict, folder) -> None:
+    """Refuse a saved corpus (a run's `corpus/`) that was read with other options than `options` (normalized), or
+    from files that have changed since: one ValueError saying what differs."""
+    if corpus.name != OWN_CORPUS:
+        raise ValueError(f"the corpus saved in {folder} is {corpus.name}, not an own corpus; use another --run-dir")
+    check_options(corpus.options, options, folder)

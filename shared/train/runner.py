@@ -55,11 +55,17 @@ def _train(run_dir: Path, stack_name: str, train_module, force: bool, progress: 
     run, stack, corpus = runs.load_run(run_dir), stacks.import_stack(stack_name), runs.load_corpus(run_dir)
     rank, ranks = train_module.ranks()
     out, writes = run_dir / stack_name, rank == 0
+    runs.check_corpus(run_dir, run, corpus, note=writes)  # the corpus run.json was built from, before anything is written
     if resume and not (out / runs.CHECKPOINT).is_file() and writes:
         print(f"{out}: no checkpoint to resume from yet; {stack_name} trains from step 0", file=sys.stderr)
     resume = resume and (out / runs.CHECKPOINT).is_file()
+    if resume:  # a checkpoint of this run, whose every field reads, before anything is written
+        path = out / runs.CHECKPOINT
+        metadata = safetensors_io.read_metadata(path) or safetensors_io.load(path)[1]
+        runs.check_checkpoint(path, metadata, run, corpus, run_dir)
+        _resume_point(path, metadata)
     if resume and (out / runs.EVAL_FILE).is_file():
-        return json.loads((out / runs.EVAL_FILE).read_text())
+        return runs.read_json(out / runs.EVAL_FILE)
     if (out / runs.CHECKPOINT).exists() and not (force or resume):
         raise runs.RunError(
             f"{out} already holds a checkpoint; pass --resume to continue it, --force to train again from the start"
@@ -86,7 +92,7 @@ def _train(run_dir: Path, stack_name: str, train_module, force: bool, progress: 
         return {"rank": rank}
     result = evaluate(stack, model, run, corpus, runs.final_split(corpus), limit=run.test_batches)
     # every step in the loss log: a resumed run's earlier segments count, a step redone after a kill once
-    seconds = sum(record["seconds"] for record in runs.read_json_lines(out / runs.LOSS_LOG))
+    seconds = sum(record["seconds"] for record in runs.read_json_lines(out / runs.LOSS_LOG, LOSS_FIELDS))
     result.update(stack=stack_name, backend=train_module.backend(), device=device, steps=steps, train_seconds=seconds)
     if ranks > 1:
         result["ranks"] = ranks
@@ -111,25 +117,34 @@ def _resume(stack, train_module, trainer, out: Path, rank: int = 0, writes: bool
     where the checkpoint has one for it) and cut the logs back to it (a run killed while checkpointing may have
     logged further); where to start."""
     tensors, metadata = safetensors_io.load(out / runs.CHECKPOINT)
-    state = optimizer_state.optimizer_from_tensors(tensors, metadata)
-    if state is None or "rng" not in metadata:
-        raise ValueError(f"{out / runs.CHECKPOINT} holds no optimizer or generator state to resume from; train with --force")
+    start, generators = _resume_point(out / runs.CHECKPOINT, metadata)
     stack.set_weights(trainer.model, optimizer_state.weights_without_optimizer(tensors))
-    trainer.load_optimizer_state(state)
-    generators = json.loads(metadata["rng"])
-    generators = generators if isinstance(generators, list) else [generators]  # one per rank (a single process: one)
+    trainer.load_optimizer_state(optimizer_state.optimizer_from_tensors(tensors, metadata, str(out / runs.CHECKPOINT)))
     if rank < len(generators):  # a rank the earlier run did not have keeps its fresh seed
         train_module.load_rng_state(trainer.model, generators[rank])
-    step, epoch = int(metadata["step"]), int(metadata["epoch"])
     if writes:
-        _keep_json_lines(out / runs.LOSS_LOG, lambda record: record["step"] <= step)
-        _keep_json_lines(out / runs.EVAL_LOG, lambda record: record["epoch"] < epoch)
-    return _Start(step, epoch)
+        _keep_json_lines(out / runs.LOSS_LOG, lambda record: record["step"] <= start.step, LOSS_FIELDS)
+        _keep_json_lines(out / runs.EVAL_LOG, lambda record: record["epoch"] < start.epoch, EVAL_FIELDS)
+    return start
 
 
-def _keep_json_lines(path: Path, keep) -> None:
+def _resume_point(path: Path, metadata: dict) -> tuple[_Start, list]:
+    """Where a checkpoint resumes (its step and epoch) and its dropout generators (one per rank), every metadata field
+    a resume reads checked first (Adam's too): one ValueError naming the file and the field that does not read."""
+    if "optimizer_step" not in metadata or "rng" not in metadata:
+        raise ValueError(f"{path} holds no optimizer or generator state to resume from; train with --force")
+    optimizer_state.optimizer_from_tensors({}, metadata, str(path))  # its fields alone: no moments needed to check them
+    step, epoch = (runs.checkpoint_field(path, metadata, key, "count") for key in ("step", "epoch"))
+    generators = runs.checkpoint_field(path, metadata, "rng", "json")
+    return _Start(step, epoch), generators if isinstance(generators, list) else [generators]  # one per rank (or one)
+
+
+LOSS_FIELDS, EVAL_FIELDS = ("step", "seconds"), ("epoch", "loss")  # the numbers the runner reads of each log's records
+
+
+def _keep_json_lines(path: Path, keep, numbers: tuple[str, ...]) -> None:
     if path.is_file():
-        records = runs.read_json_lines(path)
+        records = runs.read_json_lines(path, numbers)
         write_atomic(path, "".join(json.dumps(record) + "\n" for record in records if keep(record)).encode())
 
 
@@ -184,7 +199,7 @@ def _loop(run: RunConfig, stack, model, trainer, corpus: corpora.Corpus, out: Pa
     total = steps_per_epoch * run.epochs if run.max_steps is None else min(run.max_steps, steps_per_epoch * run.epochs)
     bar = _Progress(total, progress, f"{run.model} [{stack.__name__}]")
     steps = _Steps(run, stack, trainer, corpus, out, total, bar, writes)
-    evals = [record for record in runs.read_json_lines(out / runs.EVAL_LOG) if record["epoch"] < start.epoch]
+    evals = [record for record in runs.read_json_lines(out / runs.EVAL_LOG, EVAL_FIELDS) if record["epoch"] < start.epoch]
     steps.step = steps.saved = start.step
     steps.bar.advance(start.step)
     try:
@@ -340,6 +355,59 @@ def _checkpoint(stack, trainer, run: RunConfig, corpus: corpora.Corpus, out: Pat
     return step
 
 
+PARALLEL_MODULES = {"torch": "distributed", "tf": "keras_compat.distributed"}  # each stack's `accelerators()`
+
+
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity), else the machine's."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # no affinity outside Linux
+        return os.cpu_count() or 1
+
+
+def check_parallel(flag: str, count: int, batch_size: int, gpus: int | None, oversubscribe: bool = False,
+                   here: int | None = None, examples: int | None = None) -> None:  # fmt: skip
+    """Refuse `count` ranks or devices (`flag`; `here` of them on this machine) that the batch or the machine cannot
+    serve, before any starts: each takes at least one example of a batch (with `examples`, the training split's size,
+    of its short last batch too: torch's ranks; Keras pads it), and a GPU of `gpus` (one each: NCCL, Keras's
+    replicas), or on a CPU (`gpus` 0) a core, which `oversubscribe` lets them share. `gpus` None: not asked here."""
+    here, kind = count if here is None else here, "devices" if flag == "--devices" else "ranks"
+    if count > batch_size:
+        raise ValueError(f"{flag} {here}: a batch holds {batch_size} example(s), fewer than the {count} {kind}, and each "
+                         f"needs one; use at most {batch_size}, or --batch-size {count} or more")  # fmt: skip
+    last = examples % batch_size if examples else 0
+    if 0 < last < count:
+        raise ValueError(f"{flag} {here}: the last batch of each pass over the {examples} training examples holds {last}, "
+                         f"fewer than the {count} {kind}, and each needs one; use at most {last}, or a --batch-size "
+                         f"that leaves a last batch of none or at least {count}")  # fmt: skip
+    if gpus and here > gpus:
+        raise ValueError(f"{flag} {here}: {gpus} GPU(s) visible, one for each; use at most {gpus}")
+    cores = usable_cores()
+    if gpus == 0 and here > cores and not oversubscribe:
+        raise ValueError(f"{flag} {here}: this process may use {cores} CPU core(s), one for each; use at most {cores}, or "
+                         "pass --oversubscribe to share them knowingly (each step then waits for the slowest)")  # fmt: skip
+
+
+def _check_own_parallel(args) -> None:
+    """The runner's ranks (torchrun's environment) or devices, checked as `rosetta train` checks them, before the stack
+    makes any device: a runner started by hand or by one's own torchrun line."""
+    ranked = args.stack == "torch"
+    count = int(os.environ.get("WORLD_SIZE", 1)) if ranked else args.devices
+    if count == 1:
+        return
+    here = int(os.environ.get("LOCAL_WORLD_SIZE", count)) if ranked else count
+    gpus = stacks.import_module(args.stack, PARALLEL_MODULES[args.stack]).accelerators()
+    batch_size = runs.load_run(args.run_dir).batch_size
+    examples = len(runs.load_corpus(Path(args.run_dir)).splits["train"][0]) if ranked else None  # Keras pads a short batch
+    try:
+        check_parallel("--nproc-per-node" if ranked else "--devices", count, batch_size, gpus, args.oversubscribe, here, examples)
+    except ValueError:
+        if int(os.environ.get("LOCAL_RANK", 0)) == 0:
+            raise
+        raise SystemExit(failures.EXIT_FAILED) from None  # every rank here refuses alike: its first rank says it once
+
+
 def main(argv: list[str] | None = None) -> int:
     """`python -m shared.train.runner RUN_DIR STACK [--force | --resume] [--quiet] [--devices N]`: one stack of
     `rosetta train`, in its own process; under torchrun, one rank of it (`torchrun --nproc-per-node N -m
@@ -353,6 +421,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("--quiet", action="store_true")
     parser.add_argument("--devices", type=int, default=1, help="tf: data-parallel over N devices (Keras's fit)")
+    parser.add_argument("--oversubscribe", action="store_true", help="more ranks or CPU devices than CPU cores, knowingly")
     args = parser.parse_args(argv)
     if args.force and args.resume:
         parser.error("--force starts again, --resume continues: pass one")
@@ -362,6 +431,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.update(stacks.host_devices_environment(args.devices))  # used if Keras runs on JAX, on a CPU
 
     def command() -> int:
+        _check_own_parallel(args)
         # entered freely by the child of a `rosetta train` holding it; under torchrun rank 0 holds it for all ranks
         held = runs.run_folder(args.run_dir) if int(os.environ.get("RANK", 0)) == 0 else contextlib.nullcontext()
         with held:

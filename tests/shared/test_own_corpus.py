@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -25,24 +26,26 @@ ENGLISH = ["a dog runs .", "two cats sleep .", "a man eats bread .", "a dog slee
 TEXT_MODELS = ["bahdanau_bigru", "luong_dot", "luong_general", "luong_concat", "tf_tutorial", "tf_tutorial_mha"]
 
 
-def write(path, lines_or_bytes, gz: bool | None = None) -> None:
-    """`path` holding the lines (one a line, a final newline) or the bytes; gzipped when its name ends in .gz."""
-    blob = lines_or_bytes if isinstance(lines_or_bytes, bytes) else "".join(f"{line}\n" for line in lines_or_bytes).encode()
+def write(path, lines_or_bytes, gz: bool | None = None, line_end: str = "\n") -> None:
+    """`path` holding the lines (each ended by `line_end`) or the bytes; gzipped when its name ends in .gz."""
+    text = None if isinstance(lines_or_bytes, bytes) else "".join(f"{line}{line_end}" for line in lines_or_bytes)
+    blob = lines_or_bytes if text is None else text.encode()
     path.write_bytes(gzip.compress(blob) if (path.name.endswith(".gz") if gz is None else gz) else blob)
 
 
-def make_corpus(folder, end: str = "", test: bool = True, val_stem: str = "valid"):
-    """train (5 pairs), valid (2) and test (2) of German -> English in `folder`, each file named `*.LANG{end}`."""
+def make_corpus(folder, end: str = "", test: bool = True, val_stem: str = "valid", line_end: str = "\n", repeat: int = 1):
+    """train (5 pairs, `repeat` times over), valid (2) and test (2) of German -> English in `folder`, each file named
+    `*.LANG{end}`, its lines ended by `line_end`."""
     folder.mkdir(parents=True, exist_ok=True)
     splits = {
-        "train": (GERMAN, ENGLISH),
+        "train": (GERMAN * repeat, ENGLISH * repeat),
         val_stem: (["ein hund isst .", "zwei männer laufen ."], ["a dog eats .", "two men run ."]),
     }
     if test:
         splits["test"] = (["ein mann läuft .", "zwei katzen essen ."], ["a man runs .", "two cats eat ."])
     for stem, (de, en) in splits.items():
-        write(folder / f"{stem}.de{end}", de)
-        write(folder / f"{stem}.en{end}", en)
+        write(folder / f"{stem}.de{end}", de, line_end=line_end)
+        write(folder / f"{stem}.en{end}", en, line_end=line_end)
     return folder
 
 
@@ -294,6 +297,136 @@ def test_a_truncated_or_corrupt_gz_names_the_file_and_line(tmp_path):
     write(folder / "train.de.gz", GERMAN, gz=False)  # plain text under a .gz name
     with pytest.raises(ValueError, match=r"^.*train.de.gz, line 1: not a readable gzip file \(corrupt or truncated\)"):
         read(folder)
+
+
+@pytest.mark.parametrize("end", ["", ".gz"], ids=["plain", "gz"])
+def test_lf_crlf_and_an_old_macs_cr_line_ends_read_alike(tmp_path, end, monkeypatch):
+    """40 sentences a file ended by LF, CRLF or a lone CR: 40 pairs each time, the same corpus. Negative control: the
+    reader that splits at LF alone reads the CR corpus as one pair a split, without a word."""
+    corpora_read = {name: read(make_corpus(tmp_path / name, end, line_end=line_end, repeat=8))
+                    for name, line_end in (("lf", "\n"), ("crlf", "\r\n"), ("cr", "\r"))}  # fmt: skip
+    lf = corpora_read["lf"]
+    assert len(lf.splits["train"][0]) == 40 and lf.references["test"][0] == ["a", "man", "runs", "."]
+    for name, corpus in corpora_read.items():
+        assert corpus.src_vocab == lf.src_vocab and corpus.references == lf.references, name
+        for split, sides in corpus.splits.items():
+            assert all(np.array_equal(mine.ids, theirs.ids) for mine, theirs in zip(sides, lf.splits[split], strict=True))
+    monkeypatch.setattr(parallel, "_separator", lambda chunks, limit: (b"\n", []))  # the naive reader: LF only
+    assert len(read(make_corpus(tmp_path / "naive", end, line_end="\r", repeat=8)).splits["train"][0]) == 1
+
+
+def test_a_cr_inside_a_line_of_an_lf_file_stays_in_it(tmp_path):
+    """A lone CR inside a line of an LF (or CRLF) file, its first line's too, is no line end (as `wc -l` and `paste`
+    count): the sides still pair up. The line end is the one most of the first chunk's are: LF, else a lone CR."""
+    folder = make_corpus(tmp_path / "c")
+    write(folder / "train.de", [GERMAN[0].replace(" ", "\r", 1), *GERMAN[1:]], line_end="\r\n")
+    corpus = read(folder)
+    assert len(corpus.splits["train"][0]) == 5
+    assert corpus.src_vocab.decode(corpus.splits["train"][0][0]) == ["<sos>", "ein", "hund", "läuft", ".", "<eos>"]
+    cases = {(b"a\rb\nc",): b"\n", (b"a\rb\r",): b"\r", (b"a\r\nb\r\n",): b"\n", (b"a\rb\rc\nd\r",): b"\r", (b"ab",): b"\n",
+             (b"ab", b"c\r"): b"\r", (b"ab", b"c\n"): b"\n"}  # fmt: skip
+    for chunks, separator in cases.items():
+        assert parallel._separator(iter(chunks), 100) == (separator, list(chunks)), chunks
+
+
+def test_a_line_past_the_limit_names_its_file_and_line_and_the_variable_raises_it(tmp_path, monkeypatch):
+    folder = make_corpus(tmp_path / "c")
+    monkeypatch.delenv(parallel.MAX_LINE_VARIABLE, raising=False)
+    long_line = "wort " * 20_000  # 100,000 bytes
+    write(folder / "train.de", [*GERMAN[:3], long_line, GERMAN[4]])
+    message = f"{folder / 'train.de'}, line 4: longer than 65,536 bytes, the longest line a corpus file may hold"
+    with pytest.raises(ValueError, match=f"^{re.escape(message)} .* raise the limit with ROSETTA_MAX_LINE_BYTES=BYTES$"):
+        read(folder)
+    monkeypatch.setenv(parallel.MAX_LINE_VARIABLE, "100000")  # raised knowingly: the line is read (negative control)
+    assert read(folder).splits["train"][0].lengths.tolist() == [6, 6, 7, 20_002, 6]
+    monkeypatch.setenv(parallel.MAX_LINE_VARIABLE, "99999")  # one byte short
+    with pytest.raises(ValueError, match="train.de, line 4: longer than 99,999 bytes"):
+        read(folder)
+    for bad in ("lots", "0", "-5"):
+        monkeypatch.setenv(parallel.MAX_LINE_VARIABLE, bad)
+        with pytest.raises(ValueError, match=f"^ROSETTA_MAX_LINE_BYTES='{bad}': the longest line of a corpus file is a number"):
+            read(folder)
+
+
+@pytest.mark.parametrize("end", ["", ".gz"], ids=["plain", "gz"])
+def test_a_file_without_line_ends_is_refused_holding_no_more_than_a_chunk(tmp_path, monkeypatch, end):
+    """Memory, not time: a line of 12 MiB is refused having held a few chunks of it (the reader's, gzip's); the negative
+    control reads it with the limit raised and holds the line (more than its size) at once."""
+    folder = make_corpus(tmp_path / "c", end)
+    size = 12 << 20
+    write(folder / f"train.de{end}", b"x" * size)
+    write(folder / f"train.en{end}", ["y"])
+
+    def peak() -> tuple[int, Exception | None]:
+        tracemalloc.start()
+        try:
+            read(folder)
+            error = None
+        except ValueError as refused:
+            error = refused
+        finally:
+            peak_bytes = tracemalloc.get_traced_memory()[1]
+            tracemalloc.stop()
+        return peak_bytes, error
+
+    monkeypatch.delenv(parallel.MAX_LINE_VARIABLE, raising=False)
+    guarded, error = peak()
+    assert str(error).startswith(f"{folder / f'train.de{end}'}, line 1: longer than 65,536 bytes")
+    assert guarded < size / 2, f"{guarded:,} bytes held to refuse a {size:,}-byte line"
+    monkeypatch.setenv(parallel.MAX_LINE_VARIABLE, str(2 * size))
+    naive, error = peak()
+    assert error is None and naive > size, f"{naive:,} bytes held to read a {size:,}-byte line"
+
+
+@pytest.mark.parametrize(
+    "encoding, named, why",
+    [
+        ("utf-16", "utf-16", "it starts with a byte-order mark"),
+        ("utf-16-be", "utf-16be", "NUL bytes in one of every two"),
+        ("utf-16-le", "utf-16le", "NUL bytes in one of every two"),
+        ("utf-32", "utf-32", "it starts with a byte-order mark"),
+        ("utf-32-be", "utf-32be", "NUL bytes in two of every four"),
+    ],
+)
+@pytest.mark.parametrize("end", ["", ".gz"], ids=["plain", "gz"])
+def test_a_utf16_or_utf32_file_is_named_with_the_iconv_that_converts_it(tmp_path, monkeypatch, encoding, named, why, end):
+    """Negative control: without the detection the same file gets the latin1 hint (which would corrupt it) or, with no
+    byte-order mark, is not even refused as UTF-16."""
+    folder = _bad(tmp_path, end, lambda f: write(f / f"train.de{end}", "".join(f"{line}\n" for line in GERMAN).encode(encoding)))
+    message = f"{folder / f'train.de{end}'}: {named.upper()} text ({why}), not UTF-8; convert the file to UTF-8, e.g. "
+    message += f"iconv -f {named} -t utf-8"
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        read(folder)
+    monkeypatch.setattr(parallel, "_wide_encoding", lambda head: None)
+    with pytest.raises(ValueError) as naive:
+        read(folder)
+    assert f"iconv -f {named} " not in str(naive.value)
+
+
+def test_a_nul_byte_in_utf8_text_is_no_utf16_and_named_where_it_is(tmp_path):
+    folder = _bad(tmp_path, "", lambda f: write(f / "train.en", [*ENGLISH[:2], "a man\x00eats bread .", *ENGLISH[3:]]))
+    message = f"{folder / 'train.en'}, line 3: a NUL byte (0x00) at byte 6 of the line: not text"
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}"):
+        read(folder)
+
+
+def test_a_resume_naming_the_corpus_refuses_a_file_changed_since_the_run_read_it(tmp_path, capsys, monkeypatch):
+    """`rosetta train --resume --corpus DIR` after train.en was edited: one line naming the file. Negative control:
+    without the file check the resume carries on, saying nothing."""
+    folder, run_dir = make_corpus(tmp_path / "c"), tmp_path / "run"
+    argv = ["train", "luong_general", "--corpus", str(folder), "--langs", "de,en", "--tokenizer", "whitespace", "--min-freq",
+            "1", "--run-dir", str(run_dir), "--quiet", "--prepare"]  # fmt: skip
+    assert rosetta(argv) == 0 and rosetta([*argv, "--resume"]) == 0
+    write(folder / "train.en", [*ENGLISH[:-1], "two dogs ran ."])  # same size, another word
+    capsys.readouterr()
+    assert rosetta([*argv, "--resume"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"rosetta train: {folder / 'train.en'} has changed since the run read it into {run_dir} (its content (sha256) "
+        "differs): the run trains on the copy it read; put the file back as it was, or train the changed corpus in "
+        "another --run-dir"
+    )
+    monkeypatch.setattr(parallel, "_check_files", lambda *args: None)
+    assert rosetta([*argv, "--resume"]) == 0
 
 
 def test_missing_or_ambiguous_files_say_what_was_looked_for(tmp_path):

@@ -126,6 +126,8 @@ def test_a_checkpoint_of_another_vocabulary_is_refused(stack, tmp_path, tmp_path
         [*other.tgt_vocab.itos[:3], *reversed(other.tgt_vocab.itos[3:])], other.tgt_vocab.specials
     )
     other.save(second / runs.CORPUS_DIR)
+    record = json.loads((second / runs.RUN_FILE).read_text())  # the run's own corpus: its checkpoint alone is foreign
+    (second / runs.RUN_FILE).write_text(json.dumps({**record, "fingerprints": runs.fingerprints(other)}))
     (second / name).mkdir()
     (second / name / runs.CHECKPOINT).write_bytes((first / name / runs.CHECKPOINT).read_bytes())
     with pytest.raises(ValueError, match="trained with another src vocabulary"):
