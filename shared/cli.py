@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 from shared import catalogue, documents, failures
-from shared.io.atomic import replace_block, write_atomic
-from shared.stacks import STACKS, import_stack
+from shared.io.atomic import replace_block, replace_blocks, write_atomic
+from shared.stacks import STACKS, import_module, import_stack
 
 
 def _number(kind, low, *, above: bool = False, high=None):
@@ -39,11 +39,17 @@ RATIO = _number(float, 0.0, high=1.0)  # teacher forcing
 
 
 def _models(args) -> int:
-    print(f"{'name':26} {'doc':4} {'document class':40} {'module':16} {'status'}")
-    for spec in catalogue.CATALOGUE.values():
-        status = "built" if spec.built else "not yet built"
-        print(f"{spec.name:26} {spec.document:4} {spec.doc_class:40} {spec.module + '.py':16} {status}")
+    rows = [("name", "doc", "document class", "module", "status")]
+    rows += [(spec.name, spec.document, spec.doc_class, f"{spec.module}.py", "built" if spec.built else "not yet built")
+             for spec in catalogue.CATALOGUE.values()]  # fmt: skip
+    print("\n".join(_aligned(rows)))
     return 0
+
+
+def _aligned(rows: list[tuple]) -> list[str]:
+    """`rows` as lines of columns, each as wide as its widest cell (a long class name moves the columns after it)."""
+    widths = [max(len(str(cell)) for cell in column) for column in zip(*rows, strict=True)]
+    return [" ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows]
 
 
 def _api(args) -> int:
@@ -85,8 +91,7 @@ def _equality(args) -> int:
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)
         write_atomic(args.output, text.encode())
     if args.readme and not measured.failures:
-        for block, table in measured.tables():
-            replace_block(Path(args.readme), block, table)
+        replace_blocks(Path(args.readme), dict(measured.tables()))
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         write_atomic(args.json, (json.dumps(measured.record(), indent=1, allow_nan=False) + "\n").encode())
@@ -138,6 +143,8 @@ def _train(args) -> int:
         raise ValueError("--devices is Keras's data-parallel fit: pass --stack tf (torch: --nproc-per-node)")
     if args.resume and not (run_dir / runs.RUN_FILE).is_file():
         raise ValueError(f"{run_dir}: nothing to resume (no {runs.RUN_FILE} there); start the run without --resume")
+    batch_size = runs.load_run(run_dir).batch_size if args.resume else {**defaults, **settings}["batch_size"]
+    _check_parallel(args, batch_size)  # the batch the run trains with: a resumed run's own
     sizes, options = _key_values(args.set, "--set"), _key_values(args.data_option, "--data-option")
     dataset, options = _corpus_request(args, options)  # --corpus: your own parallel text
     with runs.run_folder(run_dir):  # one rosetta train per folder: a second one is refused, naming the first
@@ -150,6 +157,19 @@ def _train(args) -> int:
             run = runs.create_run(run_dir, args.model, args.data_dir, sizes, options, dataset, not args.quiet, spec=spec,
                                   dtype=args.dtype, **settings)  # fmt: skip
         return _train_stacks(args, run_dir, run)
+
+
+def _check_parallel(args, batch_size: int) -> None:
+    """Ranks or devices that the batch or this machine cannot serve, refused before anything is made or started
+    (shared.train.runner.check_parallel). Keras's GPUs are counted in its own process, which starts its backend (JAX
+    would hold most of a GPU's memory here): that process refuses more devices than GPUs before making any."""
+    from shared.train import runner
+
+    if (args.nproc_per_node or 1) > 1:
+        gpus = import_module("torch", "distributed").accelerators()
+        runner.check_parallel("--nproc-per-node", args.nproc_per_node, batch_size, gpus, args.oversubscribe)
+    if (args.devices or 1) > 1:
+        runner.check_parallel("--devices", args.devices, batch_size, None, args.oversubscribe)
 
 
 def _corpus_request(args, data_options: dict) -> tuple[str | None, dict]:
@@ -197,27 +217,19 @@ def _train_stacks(args, run_dir: Path, run) -> int:
     ranks, devices = args.nproc_per_node or 1, args.devices or 1
     if len(stacks) > 1 or ranks > 1 or devices > 1:  # one stack a process (torch first: it writes the initial weights)
         for stack in stacks:
-            code = subprocess.call([*_runner_command(stack, ranks), *_child_argv(args, stack)])
+            code = _start_stack(stack, ranks, _child_argv(args, stack))
             if code:
                 return code
         return 0
     return runner.main(_child_argv(args, stacks[0]))
 
 
-def _runner_command(stack: str, ranks: int) -> list[str]:
-    """How one stack's runner starts: `python -m shared.train.runner`, or for torch with ranks torchrun's launcher
-    (`torch.distributed.run --standalone`: one machine) starting one runner per rank."""
-    if ranks == 1 or stack != "torch":
-        return [sys.executable, "-m", "shared.train.runner"]
-    return [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        f"--nproc-per-node={ranks}",
-        "-m",
-        "shared.train.runner",
-    ]
+def _start_stack(stack: str, ranks: int, argv: list[str]) -> int:
+    """One stack's runner in a process of its own, or for torch with ranks torchrun's launcher run from here
+    (torch_impl.distributed.launch: a failed rank ends in one line); its exit code."""
+    if ranks > 1 and stack == "torch":
+        return import_module("torch", "distributed").launch(ranks, argv)
+    return subprocess.call([sys.executable, "-m", "shared.train.runner", *argv])
 
 
 def _no_data(args) -> bool:
@@ -232,7 +244,7 @@ def _no_data(args) -> bool:
 def _child_argv(args, stack: str) -> list[str]:
     """`python -m shared.train.runner RUN_DIR STACK`: run.json already holds every setting."""
     run_dir = str(args.run_dir or f"runs/{args.model}")
-    flags = {"--force": args.force, "--resume": args.resume, "--quiet": args.quiet}
+    flags = {"--force": args.force, "--resume": args.resume, "--quiet": args.quiet, "--oversubscribe": args.oversubscribe}
     devices = [f"--devices={args.devices}"] if stack == "tf" and (args.devices or 1) > 1 else []
     return [run_dir, stack, *(flag for flag, given in flags.items() if given), *devices]
 
@@ -299,6 +311,8 @@ def _add_train(commands) -> None:
     train.add_argument("--devices", type=COUNT, help="tf: data-parallel over N devices in one process (Keras's fit: "
                        "keras.distribution.DataParallel on JAX, MirroredStrategy on TensorFlow; the GPUs, or the CPU "
                        "split in N)")  # fmt: skip
+    train.add_argument("--oversubscribe", action="store_true", help="allow more ranks or CPU devices than the CPU cores "
+                       "this process may use (each then shares a core; refused otherwise)")  # fmt: skip
     train.add_argument("--steps-per-epoch", type=COUNT, help="an epoch of N batches from the repeated data (Keras's "
                        "steps_per_epoch; default: the model's recipe, else one pass)")  # fmt: skip
     train.add_argument("--patience", type=COUNT, help="early stopping: epochs without a better validation loss "
@@ -397,8 +411,7 @@ def _report(args) -> int:
     for note in written["missing"]:
         print(f"  missing: {note}")
     if args.readme:
-        replace_block(Path(args.readme), "report", written["headline"])
-        replace_block(Path(args.readme), "models", written["models"])
+        replace_blocks(Path(args.readme), {"report": written["headline"], "models": written["models"]})
     return 0
 
 
@@ -470,7 +483,10 @@ def _add_bench_and_report(commands) -> None:
     from shared.tools.bench import PROFILES
 
     bench = commands.add_parser("bench", help="time every model's train step and greedy decoding in each stack and mode")
-    profiles = "default: reverse task; full: all; headline: every model's train step at 2 threads, no sweeps"
+    profiles = (
+        "default: reverse task; full: all; headline: every model's train step at 2 threads, no sweeps; quick: "
+        "reverse_bahdanau's train step in every mode at 2 threads (a first look)"
+    )
     bench.add_argument("--profile", choices=list(PROFILES), default="default", help=profiles)
     bench.add_argument("--stack", choices=[*STACKS, "both"], default="both", help="one process per stack and thread count")
     bench.add_argument("--threads", help="comma-separated CPU thread counts (default: the profile's, 1,2)")
@@ -527,7 +543,7 @@ def main(argv: list[str] | None = None) -> int:
     _add_train(commands)
     args = parser.parse_args(argv)
     with failures.debug_environment(args.debug):  # child processes (rosetta train's stacks, bench) trace too
-        return failures.guarded(lambda: args.func(args), f"rosetta {args.command}", args.debug)
+        return failures.guarded(lambda: args.func(args), f"rosetta {args.command}", args.debug, argv)
 
 
 if __name__ == "__main__":

@@ -171,22 +171,10 @@ def on_devices(devices: int) -> Iterator[None]:
     if devices == 1:
         yield
         return
-    if not _gpus():
+    if not distributed.accelerators():
         distributed.split_cpu(devices)
     with distributed.data_parallel(devices):
         yield
-
-
-def _gpus() -> list:
-    if backends.name() == "jax":
-        import jax
-
-        return [device for device in jax.devices() if device.platform != "cpu"]
-    if backends.name() == "tensorflow":
-        import tensorflow as tf
-
-        return tf.config.list_physical_devices("GPU")
-    return []
 
 
 def gather_ranks(value) -> list:
@@ -311,7 +299,8 @@ def load_keras(path: str | Path, with_optimizer: bool = False) -> tuple[object, 
     for spec in catalogue.CATALOGUE.values():  # each model class registers itself with Keras on import
         importlib.import_module(f"tf_impl.models.{spec.module}")
     try:
-        model = keras.saving.load_model(path, compile=with_optimizer, safe_mode=True)
+        with atomic.contained_temporaries():  # a refused archive (a zip bomb) leaves Keras's temporary folder behind
+            model = keras.saving.load_model(path, compile=with_optimizer, safe_mode=True)
     except Exception as error:  # zipfile, h5py, json and Keras raise many kinds for a bad file
         raise ValueError(f"{path}: not a loadable .keras file of a catalogue model ({type(error).__name__}: {error})") from None
     if not isinstance(model, CatalogueModel):

@@ -1,6 +1,7 @@
 """Data-parallel training on PyTorch's own engine: `torch.distributed` and `DistributedDataParallel`, one process per
-device, launched by `torchrun` (`rosetta train --nproc-per-node N`, or for several machines the documented
-`torchrun --nnodes ...` line); gloo on CPUs, NCCL on GPUs.
+device, launched by `torchrun` (`rosetta train --nproc-per-node N` runs its launcher in-process, `launch`: a failed
+rank ends in its own line; for several machines the documented `torchrun --nnodes ...` line); gloo on CPUs, NCCL on
+GPUs (`accelerators`: one a rank).
 
 Every rank reads the same global batches and keeps its rows (`shard`), so N ranks see exactly what one process
 sees: the loss is the mean over the GLOBAL batch's non-pad targets, each rank weighting its own mean by its share
@@ -11,13 +12,65 @@ A single process (no `WORLD_SIZE` above 1) is today's training, unchanged.
 
 from __future__ import annotations
 
+import logging
 import os
+import signal
+import sys
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
+from shared import failures
+
 ROWS = ("src", "src_len", "tgt_in", "tgt_out")  # the batch arrays split by row
+
+
+def accelerators() -> int:
+    """The GPUs ranks here train on (NCCL: one a rank); 0 on a CPU, where gloo's ranks share its cores."""
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def launch(ranks: int, argv: list[str]) -> int:
+    """`python -m shared.train.runner *argv` as `ranks` ranks of torchrun's launcher on this machine (`--standalone`),
+    run in this process so that a failing rank ends in its own one line (the runner's) and the exit code: torchrun
+    would add its logs and a ChildFailedError trace listing every rank. Under --debug, torchrun's own report."""
+    from torch.distributed import run as torchrun
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
+    args = torchrun.parse_args(["--standalone", f"--nproc-per-node={ranks}", "-m", "shared.train.runner", *argv])
+    if os.environ.get(failures.DEBUG_VARIABLE) == "1":
+        torchrun.run(args)
+        return 0
+    handlers = {code: signal.getsignal(code) for code in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)}
+    logging.disable(logging.CRITICAL)  # the launcher's warnings and its error log of each failed rank
+    try:
+        torchrun.run(args)
+    except ChildFailedError as error:
+        return _failed(error.failures, ranks)
+    except SignalException as error:
+        if error.sigval == signal.SIGINT:
+            return failures.EXIT_INTERRUPTED  # Ctrl-C: the launcher passed it on, each rank says it in its line
+        raise
+    finally:
+        logging.disable(logging.NOTSET)
+        for code, handler in handlers.items():
+            signal.signal(code, handler)
+    return 0
+
+
+def _failed(ranks_failed: dict, ranks: int) -> int:
+    """The exit code of a launch whose ranks failed; a line for each rank that ended without saying why (a signal: the
+    out-of-memory killer, a crash), the others having said it in their own line."""
+    said = (failures.EXIT_FAILED, failures.EXIT_INTERRUPTED)
+    stopped = -signal.SIGTERM if any(failure.exitcode != -signal.SIGTERM for failure in ranks_failed.values()) else None
+    for rank, failure in sorted(ranks_failed.items()):
+        if failure.exitcode not in (*said, stopped):  # SIGTERM beside another rank's failure: the launcher stopped it
+            how = f"by signal {failure.signal_name()}" if failure.exitcode < 0 else f"with exit code {failure.exitcode}"
+            print(f"rosetta train (torch): rank {rank} of {ranks} ended {how} (--debug: torchrun's report)", file=sys.stderr)
+    codes = {failure.exitcode for failure in ranks_failed.values()}
+    return failures.EXIT_INTERRUPTED if codes == {failures.EXIT_INTERRUPTED} else failures.EXIT_FAILED
 
 
 def world() -> tuple[int, int]:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 from shared import catalogue, cli
@@ -345,36 +348,72 @@ def test_an_unknown_profile_is_refused():
         cli.main(["bench", "--profile", "huge"])
 
 
-def test_the_load_of_other_processes_is_measured_and_our_own_work_is_not():
-    """A busy process beside us reads as about one core; this process's own work does not count (negative control:
-    a meter that counted it would read one more core while we spin). The other pytest worker's load comes and goes
-    beside these readings, so each comparison is made with a quiet reading taken next to it, up to five times."""
+def test_the_load_of_other_processes_is_measured_and_our_own_work_is_not(monkeypatch):
+    """The meter reads the machine's busy CPU time less this process's own: our own spin never counts, a spinner beside
+    us counts at least the CPU time the kernel gave it. Both are CPU time the kernel accounts, not wall time, so they
+    hold however busy the cores are (a reading compared with a quiet one, as first written, failed beside two saturated
+    cores: a spinner there adds no busy core). Negative controls: a meter that counts our work as the others' and one
+    that sees no other process fail the same checks."""
+    if machine.others_busy(0.05) is None:
+        pytest.skip("no /proc: the load cannot be measured here")
+    real = machine._cpu_ticks
+    assert _own_spin_unseen(real) and _spinner_seen(real)
+    monkeypatch.setattr(machine, "_cpu_ticks", lambda: (real()[0], 0))  # our own work counted as the others'
+    assert not _own_spin_unseen(real)
+    monkeypatch.setattr(machine, "_cpu_ticks", lambda: (real()[1], real()[1]))  # no other process seen
+    assert not _spinner_seen(real)
+
+
+SPUN_TICKS, SLACK_TICKS = 40, 5  # CPU time spun (clock ticks) and the rounding of the kernel's tick counts
+
+
+def _own_spin_unseen(ticks) -> bool:
+    """The meter's reading while we spin SPUN_TICKS of CPU time is at most the machine's busy ticks around it less ours."""
+    import time
+
+    hz, busy = os.sysconf("SC_CLK_TCK"), ticks()[0]
+    meter, spun = machine.OthersMeter.start(), time.process_time()
+    while (time.process_time() - spun) * hz < SPUN_TICKS:  # CPU time: as long as the kernel takes to give it
+        pass
+    spun_ticks, reading = (time.process_time() - spun) * hz, meter.stop()
+    window_ticks = (time.perf_counter() - meter.started) * hz  # at least the meter's own window
+    return reading * window_ticks <= ticks()[0] - busy - spun_ticks + SLACK_TICKS
+
+
+def _spinner_seen(ticks) -> bool:
+    """The meter's reading while a spinner takes SPUN_TICKS of CPU time counts at least those ticks."""
     import subprocess
     import sys
     import time
 
-    if machine.others_busy(0.05) is None:
-        pytest.skip("no /proc: the load cannot be measured here")
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        first = _wait_for_ticks(spinner.pid, 1)  # spinning
+        meter = machine.OthersMeter.start()
+        _wait_for_ticks(spinner.pid, first + SPUN_TICKS)
+        window_s, reading = time.perf_counter() - meter.started, meter.stop()  # at most the meter's own window
+        given = _process_ticks(spinner.pid) - first
+    finally:
+        spinner.kill()
+        spinner.wait()
+    return reading * window_s * os.sysconf("SC_CLK_TCK") >= given - SLACK_TICKS
 
-    def own_spin_unseen() -> bool:
-        quiet = machine.others_busy(0.3)
-        meter, spun = machine.OthersMeter.start(), time.perf_counter()
-        while time.perf_counter() - spun < 0.5:
-            pass
-        return meter.stop() < quiet + 0.5
 
-    def spinner_seen() -> bool:
-        quiet = machine.others_busy(0.3)
-        busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-        try:
-            time.sleep(0.2)
-            return machine.others_busy(0.5) > quiet + 0.6
-        finally:
-            busy.kill()
-            busy.wait()
+def _process_ticks(pid: int) -> int:
+    """utime + stime of process `pid` (clock ticks)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
 
-    assert any(own_spin_unseen() for _ in range(5))
-    assert any(spinner_seen() for _ in range(5))
+
+def _wait_for_ticks(pid: int, ticks: int) -> int:
+    """Sleep until process `pid` has run `ticks` of CPU time (a hang guard of a minute, not a measurement)."""
+    import time
+
+    for _ in range(1200):
+        if (now := _process_ticks(pid)) >= ticks:
+            return now
+        time.sleep(0.05)
+    raise AssertionError(f"process {pid} ran under {ticks} ticks of CPU time in a minute")
 
 
 def test_a_case_is_flagged_for_load_or_spread_and_a_quiet_one_is_not():
@@ -409,20 +448,17 @@ def test_a_case_timed_in_a_slow_phase_of_the_machine_is_flagged_and_one_slow_pro
 
 
 def test_a_failed_bench_process_says_where_its_timed_rows_are_and_how_to_continue(monkeypatch, tmp_path):
-    import subprocess
-    import types
-
     def child(argv, env, partial=None):  # a bench process that fails, having written `partial` or nothing
         if partial:
             partial.parent.mkdir(parents=True, exist_ok=True)
             partial.write_text("{}")
-        return types.SimpleNamespace(returncode=1)
+        return 1
 
-    monkeypatch.setattr(subprocess, "run", child)  # negative control: nothing timed, no word of a partial file
+    monkeypatch.setattr(bench, "_run_child", child)  # negative control: nothing timed, no word of a partial file
     with pytest.raises(RuntimeError, match=r"torch bench process failed; its result file was not written$"):
         bench.run("smoke", ["torch"], tmp_path, threads=[1], progress=lambda line: None)
     partial, argvs = tmp_path / "m" / "torch-cpu-t1-smoke.json.partial", []
-    monkeypatch.setattr(subprocess, "run", lambda argv, env: argvs.append(argv) or child(argv, env, partial))
+    monkeypatch.setattr(bench, "_run_child", lambda argv, env: argvs.append(argv) or child(argv, env, partial))
     with pytest.raises(RuntimeError, match=r"the groups it timed are in .*torch-cpu-t1-smoke\.json\.partial: .*--resume"):
         bench.run("smoke", ["torch"], tmp_path, threads=[1], resume=True, progress=lambda line: None)
     assert argvs[0][-1] == "--resume"  # the child is asked to continue too

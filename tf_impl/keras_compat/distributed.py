@@ -117,6 +117,22 @@ def check_mode(mode: str) -> None:
         )
 
 
+def accelerators() -> int:
+    """The GPUs (TPUs) Keras's backend trains on, one a device; 0 on a CPU, whose devices `split_cpu` makes of its
+    cores. TensorFlow's physical devices only: its logical ones stay unmade (split_cpu). ValueError on a backend
+    without data parallelism."""
+    backend = backends.name()
+    if backend == "jax":
+        import jax
+
+        return sum(device.platform != "cpu" for device in jax.devices())
+    if backend != "tensorflow":
+        raise ValueError(_no_engine(backend))
+    import tensorflow as tf
+
+    return len(tf.config.list_physical_devices("GPU"))
+
+
 def cpu_environment(devices: int) -> dict[str, str]:
     """Environment variables that give a new process `devices` CPU devices on JAX (XLA's host device count; read
     once, when JAX is imported). TensorFlow's are made in the process: `split_cpu`."""
