@@ -147,12 +147,13 @@ PRODUCT_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"
 def op_profile(call, mode: str) -> dict | None:
     """torch's profiler over machine.PROFILED_CALLS calls of an eager case: the self time of the matrix products and of
     every other aten op, in ms a call, and the products run (`machine.op_split`). None in a compiled mode (Inductor's
-    kernels fuse ops)."""
+    kernels fuse ops). The profiler's start and stop markers on stderr are left out (shared_bench.NATIVE_CHATTER)."""
     if mode != "eager":
         return None
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profiler:
-        for _ in range(machine.PROFILED_CALLS):
-            call()
+    with shared_bench.native_stderr_filtered():
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profiler:
+            for _ in range(machine.PROFILED_CALLS):
+                call()
     events = [event for event in profiler.key_averages() if event.key.startswith("aten::")]
     aten = {event.key: (event.self_cpu_time_total, event.count) for event in events}
     return machine.op_split(aten, PRODUCT_OPS.__contains__, machine.PROFILED_CALLS)

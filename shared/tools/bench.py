@@ -17,14 +17,17 @@ times them, and writes one JSON file per run under `reports/results/<machine>/`.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import hashlib
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -137,6 +140,20 @@ PROFILES = {
         compiled_threads=(2,),
         sweep_models=(),
         greedy=False,
+    ),
+    # the first look (tox -e report-quick): one model of document 001 beside its listing in every mode at 2 threads, its
+    # train step at the document's sizes alone, repeated less
+    "quick": Profile(
+        name="quick",
+        models=("reverse_bahdanau",),
+        threads=(2,),
+        compiled_threads=(2,),
+        sweep_models=(),
+        floor=False,
+        greedy=False,
+        warmup=2,
+        repeats=5,
+        big_repeats=3,
     ),
     "smoke": Profile(  # tests: seconds, not minutes
         name="smoke",
@@ -557,12 +574,67 @@ def run(profile_name: str, stacks: list[str], results_dir, threads: list[int] | 
             env = {"TF_CPP_MIN_LOG_LEVEL": "2", **os.environ, **thread_environment(count)}  # quiet TF unless asked
             env |= {"KERAS_BACKEND": keras_backend} if keras_backend else {}
             started = time.time()
-            if subprocess.run(argv, env=env).returncode != 0:
+            if _run_child(argv, env) != 0:
                 raise RuntimeError(
                     f"the {stack} bench process failed; its result file was not written{_kept(results_dir, started)}"
                 )
             runs += 1
     return runs
+
+
+# What the frameworks' native libraries write to stderr that no bench user acts on (their warnings and errors pass):
+# absl's notice that it logs before being set up and absl's INFO lines (TensorFlow's oneDNN notice at import, before
+# TF_CPP_MIN_LOG_LEVEL applies), and the start and stop markers torch's profiler (kineto) writes whatever its log level
+NATIVE_CHATTER = re.compile(
+    r"WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR$"
+    r"|I\d{4} \d\d:\d\d:\d+\.\d+ +\d+ [\w.]+:\d+\] "  # absl's INFO line: before absl is set up, its time is the epoch's
+    r"|USDT:\S+ \S+ \d+:\d+ \w+\.cpp:\d+\] profiler_(start|stop)$"
+)
+
+
+def is_chatter(line: str) -> bool:
+    """Whether `line` (a line of stderr) is NATIVE_CHATTER."""
+    return NATIVE_CHATTER.match(line.rstrip("\r\n")) is not None
+
+
+def _run_child(argv: list[str], env: dict) -> int:
+    """Run a bench process; its return code. Its stderr is passed on line by line as it comes, less NATIVE_CHATTER
+    (all of it where TF_CPP_MIN_LOG_LEVEL=0 asks for TensorFlow's INFO lines): read here to its end, so a crash's
+    last lines are shown too."""
+    keep_all = env.get("TF_CPP_MIN_LOG_LEVEL") == "0"
+    with subprocess.Popen(argv, env=env, stderr=subprocess.PIPE) as child:
+        try:
+            for line in child.stderr:
+                text = line.decode(errors="replace")
+                if keep_all or not is_chatter(text):
+                    sys.stderr.write(text)
+                    sys.stderr.flush()
+        except BaseException:  # Ctrl-C or a closed stderr: the child does not outlive this process
+            child.kill()
+            raise
+    return child.returncode
+
+
+@contextlib.contextmanager
+def native_stderr_filtered():
+    """Within it, what this process writes to stderr's file descriptor (where native libraries write) is held in a
+    temporary file, then passed on less NATIVE_CHATTER: for short calls into a framework's native code (a profiler)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with tempfile.TemporaryFile() as held:
+            os.dup2(held.fileno(), 2)
+            try:
+                yield
+            finally:
+                sys.stderr.flush()  # Python's own lines of the block, in order with the native ones
+                os.dup2(saved, 2)
+                held.seek(0)
+                kept = [line for line in held.read().decode(errors="replace").splitlines(True) if not is_chatter(line)]
+                sys.stderr.write("".join(kept))
+                sys.stderr.flush()
+    finally:
+        os.close(saved)
 
 
 def _kept(results_dir, since: float) -> str:

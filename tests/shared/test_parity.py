@@ -28,6 +28,8 @@ ONE_STACK_MEMBERS = {
     ("models/bahdanau_bigru.py", "Seq2Seq"): {"method encode"},
     # Keras on JAX jits greedy decoding's encoder and step (torch runs them eagerly)
     ("models/seq2seq.py", "Seq2SeqBase"): {"method inference_steps"},
+    # Keras's hook naming the mask a layer's outputs carry (none: not the context's); torch has no implicit masks
+    ("models/tf_tutorial_mha.py", "Decoder"): {"method compute_mask"},
     ("train.py", "Trainer"): {"method _forward_loss", "method _update_step", "self._forward", "self._update",
                               "self.keras_model", "self.naive_shards"},  # torchrun's ranks: torch's data parallelism
 }  # fmt: skip

@@ -76,6 +76,8 @@ class Decoder(keras.layers.Layer):
     """The tutorial's `Decoder(text_processor, units)` (here `vocab_size, units`): `embedding` (mask_zero), `rnn`
     (`GRU(units, return_sequences=True, return_state=True)`), `attention`, `output_layer`."""
 
+    supports_masking = True  # its context arrives with the encoder GRU's Keras mask, taken as `context_mask` (no warning)
+
     def __init__(self, vocab_size: int, units: int, **kwargs):
         super().__init__(**kwargs)
         self.vocab_size, self.units = vocab_size, units
@@ -95,6 +97,11 @@ class Decoder(keras.layers.Layer):
         x = ops.where(ops.expand_dims(ops.cumsum(ops.cast(mask, "int32"), axis=1) > 0, 2), x, ops.zeros_like(x))
         x, attention = self.attention(x, context, mask, context_mask)  # [B, T, H], [B, T, S]
         return x, state, attention
+
+    def compute_mask(self, inputs, previous_mask):
+        """None: the outputs are the target's steps, and Keras's default would attach the context's mask `[B, S]` to
+        the features (a logits mask Keras's own losses would read)."""
+        return None
 
 
 class Translator(Seq2SeqBase):
