@@ -48,6 +48,17 @@ def shown(value, limit: int = ECHO_LIMIT) -> str:
     return clip(repr(value), limit)
 
 
+def limit_from_environment(variable: str, default: int, rule: str) -> int:
+    """A limit a user raises knowingly: `default`, or the positive whole number $`variable` holds; one line naming the
+    variable where it holds anything else (`rule`: what the limit is, with an example)."""
+    text = os.environ.get(variable)
+    if text is None:
+        return default
+    if not (text.strip().isascii() and text.strip().isdigit() and int(text) > 0):
+        raise ValueError(f"{variable}={shown(text)}: {rule}")
+    return int(text)
+
+
 def describe(error: BaseException, argv: Sequence[str] | None = None) -> str:
     """`error` as one line a user can act on, within LINE_LIMIT; `argv`: the command's arguments (default: this
     process's), which the out-of-memory hint names where they size the work."""

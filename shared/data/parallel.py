@@ -29,7 +29,6 @@ import gzip
 import hashlib
 import io
 import itertools
-import os
 import re
 import sys
 import zlib
@@ -42,7 +41,7 @@ import numpy as np
 from shared import catalogue, documents
 from shared.data.corpora import OWN_CORPUS, Corpus, Sequences, check_count, trains_on_text
 from shared.data.vocab import Vocab
-from shared.failures import shown
+from shared.failures import limit_from_environment
 
 SPLIT_STEMS = {"train": ("train",), "val": ("valid", "val", "dev"), "test": ("test",)}  # split -> file stems
 TOKENIZERS = ("spacy", "whitespace")
@@ -262,14 +261,8 @@ class _Counted(io.RawIOBase):
 
 def max_line_bytes() -> int:
     """The longest line a corpus file may hold, in bytes: MAX_LINE_BYTES, or $ROSETTA_MAX_LINE_BYTES where set."""
-    text = os.environ.get(MAX_LINE_VARIABLE)
-    if text is None:
-        return MAX_LINE_BYTES
-    if not (text.strip().isascii() and text.strip().isdigit() and int(text) > 0):
-        raise ValueError(
-            f"{MAX_LINE_VARIABLE}={shown(text)}: the longest line of a corpus file is a number of bytes, e.g. 1000000"
-        )
-    return int(text)
+    rule = "the longest line of a corpus file is a number of bytes, e.g. 1000000"
+    return limit_from_environment(MAX_LINE_VARIABLE, MAX_LINE_BYTES, rule)
 
 
 def _lines(path: Path, counted: _Counted) -> Iterator[str]:

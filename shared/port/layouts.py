@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
 import warnings
 from collections.abc import Mapping
@@ -318,12 +317,8 @@ class _RegexBudget:
 
 def max_regex_size() -> int:
     """MAX_REGEX_SIZE, or the size its variable names."""
-    text = os.environ.get(MAX_REGEX_VARIABLE)
-    if text is None:
-        return MAX_REGEX_SIZE
-    if not (text.strip().isascii() and text.strip().isdigit() and int(text) > 0):
-        raise ValueError(f"{MAX_REGEX_VARIABLE}={text!r}: the size a key map's regexes may come to is a number, e.g. 100000")
-    return int(text)
+    rule = "the size a key map's regexes may come to is a number, e.g. 100000"
+    return failures.limit_from_environment(MAX_REGEX_VARIABLE, MAX_REGEX_SIZE, rule)
 
 
 def _applied(rule: Rename, key: str, where: str) -> str | None:

@@ -130,7 +130,7 @@ def create_run(run_dir, model: str, data_dir=None, overrides: dict | None = None
         before = load_run(run_dir)
         if before != run:
             raise RunError(f"{run_dir} already holds another run ({existing}); choose another --run-dir or delete it")
-        check_corpus(run_dir, before, corpus, note=False)
+        check_corpus(run_dir, before, corpus, note=False, now=run.fingerprints)
         return before
     if not saved:  # only now: a request refused above leaves no folder behind
         corpus.save(cache)
@@ -163,18 +163,19 @@ def fingerprints(corpus: corpora.Corpus) -> dict[str, str]:
     return {"corpus": corpus.fingerprint(), "src_vocab": corpus.src_vocab.fingerprint, "tgt_vocab": corpus.tgt_vocab.fingerprint}
 
 
-def check_corpus(run_dir, run: RunConfig, corpus: corpora.Corpus, note: bool = True) -> None:
+def check_corpus(run_dir, run: RunConfig, corpus: corpora.Corpus, note: bool = True, now: dict | None = None) -> None:
     """Refuse a run folder whose `corpus/` is not the one its run.json was built from (another run's copied in, a file
     edited): one RunError naming each file that differs, before anything is trained or written. A run.json of an older
     version records none: with `note`, a line on stderr says the corpus goes unchecked (a checkpoint's vocabularies
-    are still checked: check_checkpoint)."""
+    are still checked: check_checkpoint). `now`: the corpus's fingerprints where the caller has them (each hashes
+    every token id)."""
     run_dir = Path(run_dir)
     if not run.fingerprints:
         if note:
             print(f"note: {run_dir / RUN_FILE} records no fingerprints of its corpus (an older version wrote it): "
                   f"{run_dir / CORPUS_DIR} is checked against the checkpoints' vocabularies only", file=sys.stderr)  # fmt: skip
         return
-    now = fingerprints(corpus)
+    now = now or fingerprints(corpus)
     recorded = {key: str(run.fingerprints.get(key)) for key in now}
     changed = [f"{FINGERPRINT_FILES[key]} has fingerprint {now[key][:12]} where run.json has {recorded[key][:12]}"
                for key in now if recorded[key] != now[key]]  # fmt: skip
