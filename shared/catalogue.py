@@ -184,8 +184,8 @@ def _luong(score_fn: str) -> ModelSpec:
         zero_gradient_weights=("decoder.attention.w.bias",) if score_fn == "general" else (),
         less_work="luong_dot" if score_fn == "general" else None,
         # the dot score leaves ours nothing to hoist where JAX runs the output layer and the LSTMs' inputs per step
-        # (tf_impl backends.products_per_step): its LSTM over the whole target, attention and `wc` at once measured
-        # 0.98-0.99x the listing's step by step there (side by side, 2 threads; each per-step form slower still)
+        # (tf_impl backends.products_per_step): its LSTM over the whole target, attention and `wc` at once ran no faster
+        # than the listing's step by step there, each per-step form slower still (docs/measurements.md)
         listing_on=("jax",) if score_fn == "dot" else (),
         weight_sizes={
             "input_dim": ("encoder.embed.weight", 0),

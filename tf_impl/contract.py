@@ -51,7 +51,7 @@ def _without_symbolic_builds(model) -> None:
     layers), before the eager call that creates the variables. Keras would first trace such a layer's `call`
     symbolically (`compute_output_spec`: a scratch graph on TensorFlow, `eval_shape` on JAX) to create its sublayers'
     state, which the eager call then creates anyway; the sublayers with a `build` (Dense, GRU, Embedding...) still
-    build at their first call. Document 002's model at its fixture sizes, on TensorFlow: 1.85 -> 0.8 s a build."""
+    build at their first call. Builds are faster so (docs/measurements.md)."""
     for layer in model._flatten_layers(include_self=True, recursive=True):
         if keras.src.utils.is_default(layer.build):
             layer.built = True
@@ -101,9 +101,8 @@ def training_loss(spec: catalogue.ModelSpec, outputs: dict, tensors: dict):
 
 def run(model, name: str, batch: Mapping, teacher_forcing=None) -> dict[str, np.ndarray]:
     """Inference outputs (training=False) as numpy, batch-first: logits/context and attention. On JAX jitted (one
-    XLA program per input shape; eagerly, JAX dispatches and compiles op by op: document 001's evaluation, which
-    reruns the decoder once per output step, takes 0.02 s for 16 sentences jitted against 1.01 s eagerly once
-    compiled), except while taps record."""
+    XLA program per input shape; eagerly, JAX dispatches and compiles op by op, far slower for document 001's
+    evaluation, which reruns the decoder once per output step: docs/measurements.md), except while taps record."""
     spec, arrays, schedule = prepare(name, model.rosetta_config, batch, teacher_forcing)
     tensors = as_tensors(model, arrays)
     if backends.name() == "jax" and schedule is None and not taps.is_recording():

@@ -196,7 +196,7 @@ class KerasInputs(ModelDtypeMetrics):
 
 class Batches(keras.utils.PyDataset):
     """An epoch's `(x, y)` batches for `fit`, in order. (A Python generator would do, but Keras 3.15's `fit` on
-    TensorFlow runs one update more than the batches it reports for one: measured, 7 for 6.)"""
+    TensorFlow runs one update more than the batches it reports for one: docs/measurements.md.)"""
 
     def __init__(self, batches: list):
         super().__init__()

@@ -29,12 +29,11 @@ class _ExpTanh(torch.autograd.Function):
 
 def energy_tanh(energy: torch.Tensor) -> torch.Tensor:
     """tanh of an additive score's energy `[..., S, A]` (ours; the listings as written keep torch.tanh): torch.tanh
-    eagerly and on a GPU; traced by torch.compile on the CPU, `1 - 2 / (exp(2x) + 1)`. Inductor's CPU tanh (Sleef's
-    `tanhf`, recomputed in the backward) took about twice this exp form on `[32, 10, 10, 50]`, 2 threads, forward and
-    backward (1.1-1.4 against 0.76-0.84 ms). Compiled train steps, ours, side by side in one process (2 threads):
-    additive_attention 3.45 -> 3.21 ms (1.52x -> 1.63x over as written), reverse_bahdanau 1%. The same function to a
-    few float32 ulps (1.8e-7 at most on N(0, 1) inputs) and 1e-16 in float64, saturating exactly (exp's inf gives 1):
-    a compiled train step still updates as eager to 1e-12 (tests/torch/test_torch_compile.py)."""
+    eagerly and on a GPU; traced by torch.compile on the CPU, `1 - 2 / (exp(2x) + 1)`: Inductor's CPU tanh (Sleef's
+    `tanhf`, recomputed in the backward) is slower than this exp form, and compiled train steps gain by it
+    (docs/measurements.md). The same function to a few float32 ulps (1.8e-7 at most on N(0, 1) inputs) and 1e-16 in
+    float64, saturating exactly (exp's inf gives 1): a compiled train step still updates as eager to 1e-12
+    (tests/torch/test_torch_compile.py)."""
     if traced_for_cpu(energy):
         return _ExpTanh.apply(energy)
     return torch.tanh(energy)
@@ -42,9 +41,9 @@ def energy_tanh(energy: torch.Tensor) -> torch.Tensor:
 
 def table_rows(table: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     """`table [V, D]`'s rows at `ids [...]` -> `[..., D]` (ours's projected-embedding lookups): F.embedding eagerly and
-    on a GPU; traced by torch.compile on the CPU, a one-hot product, whose backward is one product too. Inductor's CPU
-    backward of the lookup, a scatter of the `[B, T, D]` gradient onto the table's rows, took 430 us of
-    reverse_bahdanau_concat's 6.5 ms compiled step (`[32, 10]` ids into a `[20, 384]` table, 2 threads)."""
+    on a GPU; traced by torch.compile on the CPU, a one-hot product, whose backward is one product too: Inductor's CPU
+    backward of the lookup, a scatter of the `[B, T, D]` gradient onto the table's rows, is a costly share of a
+    compiled step (docs/measurements.md)."""
     if traced_for_cpu(table):
         return torch.matmul(F.one_hot(ids, table.shape[0]).to(table.dtype), table)  # [..., V] @ [V, D]
     return F.embedding(ids, table)

@@ -28,21 +28,19 @@ def name() -> str:
 
 def products_per_step() -> bool:
     """Whether a product over a whole sequence runs faster split into one per step: on JAX, whose XLA CPU runtime
-    measured document 003's output layer (450 vs 410 ms) and its LSTMs' input projections (1,685 vs 1,591 ms a train
-    step), and document 001's Luong GRUs (`seq2seq.run_gru`: 7.6 vs 7.4 ms) slower as one product; TensorFlow and
-    torch take the one product."""
+    takes document 003's output layer and its LSTMs' input projections, and document 001's Luong GRUs
+    (`seq2seq.run_gru`), slower as one product; TensorFlow and torch take the one product (docs/measurements.md)."""
     return name() == "jax"
 
 
 def unroll_recurrences() -> bool:
     """Whether our LSTM stack (`TorchLSTM`) unrolls its loops over time (`unroll=True`): on JAX with a GPU, where every
     shape is known when JAX traces a step. There XLA's loop pays for each turn (its condition, a launch per op) where
-    the unrolled steps fuse: document 003's luong_dot train step, ours, 17.6 -> 13.8 ms on an H200 (side by side, 8
-    threads; the first step's compile about doubles, 36 -> 67 s). Our GRUs keep the scan: unrolled, document 001's
-    reverse_bahdanau measured no gain there (4.97 / 4.74 ms, within the spread), and Keras 3.15's unrolled loop on
-    JAX ignores `zero_output_for_mask` (`TorchLSTM` zeroes its padded steps itself). On JAX's CPU the scan is as fast
-    (document 001, 2 threads, side by side: reverse_rnn 6.98 ms scanned, 7.38 unrolled; reverse_bahdanau 14.87,
-    14.96), and TensorFlow traces lengths that vary as None, which no unrolled loop takes."""
+    the unrolled steps fuse: document 003's luong_dot train step runs faster so, for a longer first compile. Our GRUs
+    keep the scan: unrolled, document 001's reverse_bahdanau gained nothing beyond the spread, and Keras 3.15's
+    unrolled loop on JAX ignores `zero_output_for_mask` (`TorchLSTM` zeroes its padded steps itself). On JAX's CPU the
+    scan is as fast (docs/measurements.md), and TensorFlow traces lengths that vary as None, which no unrolled loop
+    takes."""
     return name() == "jax" and gpu_name() is not None
 
 
@@ -52,8 +50,8 @@ def check_dtype(dtype: str) -> None:
     JAX computes float64 only with its x64 on (JAX_ENABLE_X64=1). And Keras 3.15's type promotion maps float64 to
     float32 on every backend but TensorFlow (`keras.backend.result_type`; keras-team/keras#23704): `ops.matmul`
     on torch and `ops.tanh` on JAX return float32 for float64 inputs, so a float64 model would silently
-    compute in float32 (measured: 1e-7 from torch's float64 logits). For a float64 model this keeps float64 in
-    that promotion table, a Keras internal; float32 models are untouched.
+    compute in float32 (docs/measurements.md). For a float64 model this keeps float64 in that promotion table, a
+    Keras internal; float32 models are untouched.
     """
     if dtype != "float64" or name() == "tensorflow":
         return
@@ -220,8 +218,7 @@ def set_threads(threads: int) -> None:
 
     TensorFlow gets `threads` in both of its pools, as it configures itself on a machine of that many cores: a
     tf.function's independent ops then run side by side. An inter-op pool of 1 (every op in turn, each split over
-    the intra-op pool) ran the reverse task's small steps far slower on 2 cores: `reverse_bahdanau` 21.7 ms a
-    step against 15.2 (docs/report-and-bench.md)."""
+    the intra-op pool) ran the reverse task's small steps far slower (docs/measurements.md)."""
     backend = name()
     if backend == "tensorflow":
         import tensorflow as tf

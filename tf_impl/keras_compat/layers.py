@@ -95,11 +95,10 @@ class TorchLSTM(keras.layers.Layer):
 
     Like nn.LSTM(dropout=p), dropout applies to every layer's outputs but the last, in training only. Like torch's CPU
     LSTM, each layer projects its whole input sequence on `W_ih` in one product before its loop, which then adds
-    only `h W_hh` a step (the cells take `projected_inputs`): document 003's `luong_general` train step 1,466 ->
-    1,377 ms on TensorFlow's XLA, 1,604 -> 1,523 in a tf.function (side by side, 2 threads). Except on JAX, where
-    XLA's CPU runtime measured the one product slower than one a step (1,591 -> 1,685 ms), as it does the output
-    layer (`backends.products_per_step`): there the cells project each step. On JAX with a GPU the layers unroll their
-    loops (`backends.unroll_recurrences`).
+    only `h W_hh` a step (the cells take `projected_inputs`): faster on TensorFlow, in a tf.function and under XLA.
+    Except on JAX, whose XLA CPU runtime takes the one product slower than one a step, as it does the output layer
+    (`backends.products_per_step`): there the cells project each step (docs/measurements.md). On JAX with a GPU the
+    layers unroll their loops (`backends.unroll_recurrences`).
     Args:
         units: hidden size H; num_layers: L; dropout: p between layers.
     """
@@ -189,7 +188,6 @@ def one_step(layer: keras.layers.RNN, inputs, states: list, training=False):
     """What the recurrent `layer` computes over the one-step sequence `inputs [B, I]` from `states` (each `[B, H]`): its
     output `[B, H]` and new states, by its cell as the layer's loop would, without the loop Keras wraps even one step
     in (a while loop to trace on TensorFlow, a scan to compile on JAX). The decoders of documents 002 and 003 (under
-    scheduled teacher forcing) run step by step; their float64 train step at the fixture sizes in a tf.function, first
-    (tracing) step and then a step: bahdanau_bigru 11.1 -> 6.1 s and 38 -> 14 ms, luong_general 17.9 -> 8.6 s and 34 ->
-    16 ms; on JAX, the compile: 17 s unchanged, 18.4 -> 16.4 s."""
+    scheduled teacher forcing) run step by step: without that loop their train steps trace, compile and run faster
+    (docs/measurements.md)."""
     return layer.cell(inputs, states, training=training)

@@ -73,9 +73,8 @@ class ReverseTaskBase(KerasInputs, CatalogueModel, keras.Model):
     def encode(self, enc_emb):
         """The encoder over the source embeddings `[B, S, E]` -> outputs `[B, S, H]`, final state (torch `[1, B, H]`,
         Keras `[B, H]`). Ours: the inputs' share of the gates in one product before the loop (`run_gru`, as torch's
-        nn.GRU); as written, Keras's GRU, which multiplies each step's inputs inside its loop. reverse_bahdanau_concat's
-        train step side by side (2 threads): 1.43x -> 1.68x over as written in a tf.function, 1.57x -> 1.83x under XLA.
-        A vanilla RNN (ReverseTaskV0) runs as Keras made it, both ways."""
+        nn.GRU; faster in a tf.function and under XLA: docs/measurements.md); as written, Keras's GRU, which multiplies
+        each step's inputs inside its loop. A vanilla RNN (ReverseTaskV0) runs as Keras made it, both ways."""
         if self.as_written or not isinstance(self.encoder, keras.layers.GRU):
             return self.encoder(enc_emb)
         return run_gru(self.encoder, enc_emb)
@@ -108,18 +107,15 @@ class BahdanauReverseTask(ReverseTaskBase):
         super().__init__(vocab_size, embedding_dim, hidden_size, embedding_dim + hidden_size, **kwargs)
 
     def decode_hoisted(self, enc_out, enc_hidden, dec_inputs):
-        """Ours: what does not depend on the step once (the encoder's share of the score, the embeddings'
-        share of the GRU's gates), one product for everything that reads s_{t-1} (the score's query and
-        the GRU's hidden gates), a GRU cell per step, the output layer once after the loop. The embeddings'
-        share is projected on the table's V rows and looked up, not on every one of the B T tokens: both maps
-        are linear (no dropout between them), and V (20) < B T (320). The context's weights are sliced once,
-        outside the loop, and every per-step piece comes from a split or an unstack, never a slice: a slice's gradient
-        zero-fills its whole source (a weight, the state's product, the `[B, T, 3H]` inputs) in each step's backward,
-        a split's is one concatenation (tf.function: 1.29x -> 1.57x over as written). Under TensorFlow's XLA the context
-        enters the gates as `probs (enc_out kernel[E:])`, the encoder outputs projected once before the loop, where a
-        tf.function takes `(probs enc_out) kernel[E:]` faster: one product a step fewer, forward and back (side by side:
-        reverse_bahdanau 8.91 -> 8.27 ms under XLA, 11.6 -> 14.4 ms in a tf.function). JAX, which takes a product per
-        step (`backends.products_per_step`), keeps them: 8.20 -> 8.36 ms for reverse_bahdanau_concat."""
+        """Ours: what does not depend on the step once (the encoder's share of the score; the embeddings' share of
+        the GRU's gates, projected on the table's V rows and looked up: linear maps, no dropout between, V < B T), one
+        product for all that reads s_{t-1} (the score's query and the GRU's hidden gates), a GRU cell per step, the
+        output layer once after the loop. The context's weights are sliced once, outside the loop, and per-step pieces
+        come from a split or an unstack, never a slice: a slice's gradient zero-fills its whole source (a weight, the
+        state's product, the `[B, T, 3H]` inputs) in each step's backward. Under TensorFlow's XLA the context enters
+        the gates as `probs (enc_out kernel[E:])`, the encoder outputs projected once before the loop (one product a
+        step fewer); a tf.function and JAX (`backends.products_per_step`) take `(probs enc_out) kernel[E:]`, faster
+        there (docs/measurements.md)."""
         tap(TARGET_EMBEDDINGS, self.dec_embeddings(dec_inputs))  # [B, T, E] for the taps; no gradient flows from it
         keys = self.keys(enc_out)  # [B, S, A]
         E, A, cell = self.embedding_dim, keys.shape[2], self.decoder.cell
@@ -204,10 +200,8 @@ def dot_scores(keys, states):
 
 def attention_context(probs, values, compiled: bool = False):
     """One decoder step's context: the weights `probs [B, S]` over `values [B, S, D]` -> `[B, D]`. Outside XLA a
-    broadcast product and a sum, where TensorFlow's batched product of one row per example costs more: a tf.function's
-    train step, side by side (2 threads), reverse_bahdanau 1.39x -> 1.53x over as written, reverse_bahdanau_concat
-    1.62x -> 1.82x (eagerly 1.83x -> 1.88x). Under XLA (`compiled`) the batched product, which its CPU code runs
-    faster than the sum: reverse_bahdanau 8.4 against 9.5 ms."""
+    broadcast product and a sum, where TensorFlow's batched product of one row per example costs more; under XLA
+    (`compiled`) the batched product, which its CPU code runs faster than the sum (docs/measurements.md)."""
     if compiled:
         return ops.squeeze(ops.matmul(ops.expand_dims(probs, 1), values), 1)  # [B, 1, S] @ [B, S, D] -> [B, D]
     return ops.sum(ops.expand_dims(probs, 2) * values, axis=1)  # [B, S, 1] * [B, S, D] -> [B, D]
@@ -218,9 +212,8 @@ def additive_scores(v, keys, queries, summed: bool = False):
 
     A product with `v`'s kernel (bias-free), not a call of the layer: one Keras layer call less per decoder step. With
     `summed`, a multiply and a sum over A, which XLA fuses with the tanh: the Luong concat model's scores of every step
-    at once under XLA, side by side (2 threads): TensorFlow's 7.86 -> 7.55 ms a train step, JAX's 6.95 -> 6.78 ms. The
-    product elsewhere: a tf.function took the sum slower (7.99 -> 8.44 ms), and JAX one decoder step's scores
-    (reverse_bahdanau 8.5 -> 10.1 ms).
+    at once under XLA, faster so on TensorFlow and JAX. The product elsewhere, where the sum was slower (a
+    tf.function; one decoder step's scores on JAX): docs/measurements.md.
     """
     energy = ops.tanh(ops.expand_dims(keys, 1) + ops.expand_dims(queries, 2))  # [B, T, S, A]
     if summed:

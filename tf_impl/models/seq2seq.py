@@ -60,13 +60,13 @@ def run_gru(layer: keras.layers.GRU, inputs, initial_state=None, mask=None):
     `layer(inputs, initial_state=..., mask=mask)` returns.
 
     As torch's nn.GRU: the inputs' share of the gates for every step in one product before the loop, then per step
-    only the state's (Keras's GRU multiplies each step's inputs inside its loop). Document 001's Luong models, ours,
-    side by side (2 threads): reverse_luong_concat's train step 14.4 -> 11.3 ms in a tf.function, 10.2 -> 8.9 under
-    XLA. On JAX, whose XLA runtime takes the one product slower (`backends.products_per_step`: 7.4 -> 7.6 ms), the
-    layer runs as Keras made it. With `mask [B, T]` (False at padding) a row's state holds through its padded steps
-    and its outputs there are zeros, as Keras's mask with `zero_output_for_mask` (and torch's packing), or, where the
-    layer says `zero_output_for_mask=False`, the previous step's output (zeros before the first), as Keras's; a
-    `go_backwards` layer runs from the last step to the first and returns its outputs in that order, as Keras's."""
+    only the state's (Keras's GRU multiplies each step's inputs inside its loop): faster in a tf.function and under
+    TensorFlow's XLA. On JAX, whose XLA runtime takes the one product slower (`backends.products_per_step`), the
+    layer runs as Keras made it (docs/measurements.md). With `mask [B, T]` (False at padding) a row's state holds
+    through its padded steps and its outputs there are zeros, as Keras's mask with `zero_output_for_mask` (and torch's
+    packing), or, where the layer says `zero_output_for_mask=False`, the previous step's output (zeros before the
+    first), as Keras's; a `go_backwards` layer runs from the last step to the first and returns its outputs in that
+    order, as Keras's."""
     if backends.products_per_step():
         outputs, state = layer(inputs, initial_state=initial_state, mask=mask)
         return outputs, state
@@ -250,10 +250,8 @@ class Seq2SeqBase(KerasInputs, CatalogueModel, keras.Model):
     def project_over_time(self, features):
         """The output layer over every step's features `[B, T, H]` -> `[B, T, V]`: one product, except on JAX, where
         XLA's CPU runtime takes longer for document 003's wide output layer as one product than as one per step, as
-        its listing does (its output layer and loss, forward and backward: 450 ms as one [3072 x 512] x [512 x 5893]
-        product, 410 ms as 24 of [128 x 512]; luong_dot, which hoists no work, was 0.95x its listing on JAX side by
-        side, 1.01-1.05x so). Document 004's narrower layer measured faster as one product (614 vs 667 ms): there
-        `project` stays one."""
+        its listing does. Document 004's narrower layer is faster as one product: there `project` stays one
+        (docs/measurements.md)."""
         if not backends.products_per_step():
             return self.project(features)
         return ops.stack([self.project(step) for step in ops.unstack(features, axis=1)], axis=1)  # [B, T, V]
@@ -281,8 +279,8 @@ class Seq2SeqBase(KerasInputs, CatalogueModel, keras.Model):
 
     def inference_steps(self):
         """`encode` and `step` for greedy decoding: on JAX each jitted over the current weights, one program per shape,
-        so a decoding step dispatches one program, not each of its ops (document 003's luong_general, batch 32, 30
-        steps, float32: 14.4 -> 1.0 s once compiled), except while taps record; elsewhere the methods themselves."""
+        so a decoding step dispatches one program, not each of its ops (far faster once compiled: docs/measurements.md),
+        except while taps record; elsewhere the methods themselves."""
         if backends.name() != "jax" or is_recording():
             return self.encode, self.step
         encode = backends.jax_inference(self, lambda inputs: self.encode(*inputs), key="encode")

@@ -95,18 +95,13 @@ class BahdanauReverseTask(ReverseTaskBase):
         super().__init__(vocab_size, embedding_dim, hidden_size, decoder_input_size=embedding_dim + hidden_size)
 
     def decode_hoisted(self, enc_out, enc_hidden, dec_inputs):
-        """Ours: what does not depend on the step once (the encoder's share of the score, the embeddings'
-        share of the GRU's gates), torch's own GRU cell per step, the output layer once after the loop. The
-        embeddings' share is projected on the table's V rows and looked up, not on every one of the B T tokens:
-        both maps are linear (no dropout between them), and V (20) < B T (320); it enters the cell as its input
-        bias (a row per example: `gru_cell_row_bias`, torch's own cell on the CPU), the context as its input. The
-        steps' inputs come from one `unbind` and the context's weights from one slice, each outside the loop: a
-        slice per step would zero-fill a whole `[B, T, 3H]` (or weight-sized) gradient in each step's backward.
-        torch's C++ cell, one product fewer per step to split apart and the score as one product with `v`'s
-        vector: 1.46x -> 1.51x over as written (1 thread). Under torch.compile, whose code generator fuses the cell's
-        pointwise ops, one product for all that reads s_{t-1} (`StateProducts`, as the Keras twin always does) and the
-        embeddings' share looked up as a one-hot product (`table_rows`): with the context as a product and a sum
-        (`attention_context`), reverse_bahdanau_concat's compiled step 1.44x -> 1.58x over as written (2 threads)."""
+        """Ours: what does not depend on the step once (the encoder's share of the score; the embeddings' share of
+        the GRU's gates, projected on the table's V rows and looked up: linear maps, no dropout between, V < B T), a
+        GRU cell per step, the output layer once after the loop. Each mode takes its faster form (docs/measurements.md):
+        eagerly torch's own C++ cell (`gru_cell_row_bias`, that share its input bias, a row per example) and the score
+        as one product with `v`'s vector; compiled, one product for all that reads s_{t-1} (`StateProducts`) and the
+        lookup as a one-hot product (`table_rows`). Per-step pieces come from one `unbind` and one slice outside the
+        loop: a slice per step would zero-fill a whole `[B, T, 3H]` gradient in each step's backward."""
         tap(TARGET_EMBEDDINGS, self.dec_embeddings(dec_inputs))  # [B, T, E] for the taps; no gradient flows from it
         keys = self.keys(enc_out)  # [B, S, A]
         E, gru = self.embedding_dim, self.decoder
@@ -178,8 +173,7 @@ class LuongReverseTask(ReverseTaskBase):
 def attention_context(probs: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
     """One decoder step's context: the weights `probs [B, S]` over `values [B, S, D]` -> `[B, D]`, as a broadcast
     product and a sum (the Keras twin's form outside XLA, where TensorFlow's batched product of one row per example
-    costs more; here as fast eagerly as `bmm`, 1.41x against 1.42x over as written, and under torch.compile one fused
-    kernel)."""
+    costs more; here as fast eagerly as `bmm`, and under torch.compile one fused kernel: docs/measurements.md)."""
     return (probs.unsqueeze(2) * values).sum(1)  # [B, S, 1] * [B, S, D] -> [B, D]
 
 
