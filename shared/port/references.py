@@ -16,7 +16,7 @@ A runner `RUNNER(model, batch) -> dict` returns `logits` and any of the componen
 of shared.core.taps plus `attention weights` (`[B, T, S]`); per decoder step ones are `[B, T, ...]`.
 
 A preset's own reference is our transcription of the tutorial's classes (torch_impl/references.py,
-tf_impl/references.py) holding the file, loaded the tutorial's way.
+tf_impl/references.py) holding the file, loaded the tutorial's way. Either is made a shared.core.reference_runs.Reference.
 
 What the user's code prints while it is imported, builds and runs goes to stderr (prints_to_stderr): `rosetta port`'s
 stdout is its report alone, whose verdict no print of theirs follows or buries.
@@ -36,23 +36,11 @@ from pathlib import Path
 import numpy as np
 
 from shared import stacks
+from shared.core import moved, reference_runs
 from shared.core.taps import COMPONENTS
 
-ATTENTION_WEIGHTS = "attention weights"
-LOGITS = "logits"
-KNOWN = (*COMPONENTS, ATTENTION_WEIGHTS, LOGITS)
+KNOWN = (*COMPONENTS, reference_runs.ATTENTION_WEIGHTS, reference_runs.LOGITS)
 STACK_OF_MODULE = {"torch": "torch", "keras": "tf", "tensorflow": "tf", "tf_keras": "tf"}
-
-
-@dataclasses.dataclass
-class Reference:
-    """A runnable reference: what it is (for the report), the precision it runs in, and batch -> components."""
-
-    title: str
-    dtype: str
-    run: Callable[[dict], dict[str, np.ndarray]]
-
-
 SHIPPED_MODULES = ("torch_impl.references", "tf_impl.references")
 
 
@@ -126,7 +114,7 @@ def _printing_to_stderr(run: Callable) -> Callable:
     return quiet
 
 
-def make(builder_text: str, runner_text: str | None, source: str, shipped: bool = False) -> Reference:
+def make(builder_text: str, runner_text: str | None, source: str, shipped: bool = False) -> reference_runs.Reference:
     """The reference `builder_text` builds from `source`, run by `runner_text` where it returns a model;
     `shipped`: the builder comes from a key map (only a shipped tutorial model). A runner always comes from
     a key map. The user's code, imported, called and run, prints to stderr."""
@@ -135,7 +123,7 @@ def make(builder_text: str, runner_text: str | None, source: str, shipped: bool 
     return dataclasses.replace(made, run=_printing_to_stderr(made.run))
 
 
-def _make(builder_text: str, runner_text: str | None, source: str, shipped: bool) -> Reference:
+def _make(builder_text: str, runner_text: str | None, source: str, shipped: bool) -> reference_runs.Reference:
     builder = load_callable(builder_text, "reference" if shipped else "--reference", shipped)
     made = builder(source)
     stack = stack_of(made)
@@ -144,7 +132,7 @@ def _make(builder_text: str, runner_text: str | None, source: str, shipped: bool
             raise ValueError(
                 f"--reference {builder_text} returned {type(made).__name__}: return a model or a function batch -> logits"
             )
-        return Reference(
+        return reference_runs.Reference(
             f"{builder_text}({source}), a function", "its own", lambda batch: as_components(made(batch), builder_text)
         )
     if runner_text is None:
@@ -156,7 +144,7 @@ def _make(builder_text: str, runner_text: str | None, source: str, shipped: bool
     references = stacks.import_module(stack, "references")
     model, dtype = references.in_float64(made, builder, source)
     title = f"{builder_text}({source}), a {type(made).__name__} called by {runner_text}"
-    return Reference(title, dtype, lambda batch: as_components(runner(model, batch), runner_text))
+    return reference_runs.Reference(title, dtype, lambda batch: as_components(runner(model, batch), runner_text))
 
 
 def stack_of(made) -> str | None:
@@ -174,7 +162,7 @@ def stack_of(made) -> str | None:
 def as_components(output, where: str) -> dict[str, np.ndarray]:
     """A reference's output as named numpy components: a bare array is the logits."""
     if not isinstance(output, dict):
-        output = {LOGITS: output}
+        output = {reference_runs.LOGITS: output}
     unknown = sorted(set(output) - set(KNOWN))
     if unknown:
         raise ValueError(f"{where} returned unknown components {', '.join(unknown)}; known: {', '.join(KNOWN)}")
@@ -185,3 +173,6 @@ def _numpy(value) -> np.ndarray:
     if hasattr(value, "detach"):  # a torch tensor
         value = value.detach().cpu()
     return np.asarray(value)
+
+
+__getattr__ = moved.getattr_for(__name__)  # Reference and the names a reference adds, moved to shared.core.reference_runs, warn

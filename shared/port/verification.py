@@ -4,8 +4,8 @@ A port is checked twice over:
 1. *The mapping*: the source read into one stack's model and the written file read back into the other's,
    both built in float64 from the same float32 values (widening is exact), must agree within the float64
    port bound of the equality policy (`Tolerance.f64_port`, 1e-8 relative to the component's largest value
-   where that exceeds 1: float64 rounding grows through a recurrent decoder at a trained model's magnitude,
-   to 1e-10 relative at document sizes, while a wrong mapping moves values by 1e-3 and more); the same pair in float32 is
+   where that exceeds 1: float64 rounding grows through a recurrent decoder at a trained model's magnitude, while a
+   wrong mapping moves values by orders more; docs/measurements.md); the same pair in float32 is
    measured beside it and printed, never refused (float32 rounding grows with the weights' magnitude; a
    wrong mapping moves values by orders more).
 2. *Against the user's model* (shared.port.references), where one can run: its components against the ported
@@ -22,6 +22,8 @@ import dataclasses
 import numpy as np
 
 from shared import catalogue
+from shared.core import moved, reference_runs
+from shared.core.reference_runs import ATTENTION_WEIGHTS, LOGITS
 from shared.core.taps import (
     ATTENTION_SCORES,
     CONTEXT_VECTORS,
@@ -30,7 +32,6 @@ from shared.core.taps import (
     SOURCE_EMBEDDINGS,
     TARGET_EMBEDDINGS,
 )
-from shared.port.references import ATTENTION_WEIGHTS, LOGITS, Reference
 from shared.verify.equality import output_bounds
 
 COMPARED = (SOURCE_EMBEDDINGS, ENCODER_OUTPUTS, ENCODER_STATE, TARGET_EMBEDDINGS, ATTENTION_SCORES, ATTENTION_WEIGHTS,
@@ -91,14 +92,6 @@ class Check:
         return all(component.ok for component in self.components)
 
 
-def traced(stack, model, name: str, batch: dict) -> dict[str, np.ndarray]:
-    """The stack's traced components, its `attention` output named as the others."""
-    found = stack.trace(model, name, batch)
-    if "attention" in found:
-        found[ATTENTION_WEIGHTS] = found.pop("attention")
-    return found
-
-
 def compare_components(
     model: str, dtype: str, reference_stack, reference, candidate_stack, candidate, batches: list[dict]
 ) -> list[Component]:
@@ -112,7 +105,7 @@ def compare_components(
     components = []
     for index, batch in enumerate(batches):
         label = "" if index == 0 else INPUTS_LABEL
-        expected, actual = (traced(stack, weights, model, batch) for stack, weights in
+        expected, actual = (reference_runs.traced(stack, weights, model, batch) for stack, weights in
                             ((reference_stack, reference), (candidate_stack, candidate)))  # fmt: skip
         names = [name for name in COMPARED if name in expected or name in actual] + [output]
         for name in names:
@@ -125,14 +118,14 @@ def compare_components(
     return components
 
 
-def against_reference(model: str, reference: Reference, candidates: dict, candidate_stack, batch: dict) -> Check:
+def against_reference(model: str, reference: reference_runs.Reference, candidates: dict, candidate_stack, batch: dict) -> Check:
     """`reference`'s components against the candidate's on `batch`: in float64 where the reference ran in
     float64; otherwise against the float32 candidate within the float32 bound plus NOISE_FACTOR times the
     float32 rounding of the candidate itself (its float32 minus its float64 run)."""
     spec = catalogue.get(model)
     expected = reference.run(batch)
     exact = reference.dtype == "float64"
-    found = {dtype: traced(candidate_stack, candidates[dtype], model, batch) for dtype in candidates}
+    found = {dtype: reference_runs.traced(candidate_stack, candidates[dtype], model, batch) for dtype in candidates}
     actual = found["float64" if exact else "float32"]
     atol, rtol = bounds(spec.tolerance, "float64" if exact else "float32")
     components = []
@@ -201,3 +194,6 @@ def render_check(check: Check) -> list[str]:
         steps = f"  per step {' '.join(f'{error:.0e}' for error in component.steps)}" if component.steps else ""
         lines.append(f"  {component.name:30s} {component.value():20s} {'ok' if component.ok else 'FAILED'}{extra}{steps}")
     return lines
+
+
+__getattr__ = moved.getattr_for(__name__)  # traced, moved to shared.core.reference_runs, warns

@@ -17,6 +17,7 @@ import tf_impl.conversion as keras_side
 import torch_impl.conversion as torch_side
 from shared.cli import main as rosetta
 from shared.core.canonical import RULES, LeafRule, recurrent_rule
+from shared.port import formats
 from shared.port.conversion import convert, verify
 from tests.printed import load_as_printed
 from tests.zoo import keras_models, torch_models
@@ -248,9 +249,7 @@ def test_the_cli_ports_your_own_classes_verified_and_read_back(tmp_path, capsys,
     monkeypatch.chdir(tmp_path)
     np.savez(tmp_path / "batch.npz", _inputs(name))
     src = _build("torch" if source.endswith(".pt") else "tf", name, "float32", 3)
-    torch_side.save_file(src, tmp_path / source, "torch") if source.endswith(".pt") else keras_side.save_file(
-        src, tmp_path / source, "keras" if source.endswith(".keras") else "keras_weights"
-    )
+    formats.detect(tmp_path / source, destination=True).write_own(src, tmp_path / source)  # the user's own file
     flags = ["--torch-model", f"tests.zoo.torch_models:{name}", "--inputs", str(tmp_path / "batch.npz")]
     if not source.endswith(".keras"):
         flags += ["--keras-model", f"tests.zoo.keras_models:{name}"]
@@ -265,7 +264,7 @@ def test_the_cli_ports_your_own_classes_verified_and_read_back(tmp_path, capsys,
 
 def test_the_cli_writes_nothing_when_your_models_differ(tmp_path, capsys, monkeypatch):
     np.savez(tmp_path / "batch.npz", _inputs("gru_language_model"))
-    torch_side.save_file(_build("torch", "gru_language_model", "float32"), tmp_path / "m.pt", "torch")
+    formats.FORMATS["torch"].write_own(_build("torch", "gru_language_model", "float32"), tmp_path / "m.pt")
     monkeypatch.setitem(RULES, "gru", recurrent_rule("gru", torch_gates="rzn", keras_gates="rzn"))
     code = rosetta(["port", str(tmp_path / "m.pt"), str(tmp_path / "out.keras"), "--torch-model",
                     "tests.zoo.torch_models:gru_language_model", "--keras-model", "tests.zoo.keras_models:gru_language_model",
@@ -275,7 +274,7 @@ def test_the_cli_writes_nothing_when_your_models_differ(tmp_path, capsys, monkey
 
 
 def test_the_cli_asks_for_what_it_needs(tmp_path, capsys):
-    torch_side.save_file(torch_models.SentimentLSTM(), tmp_path / "m.pt", "torch")
+    formats.FORMATS["torch"].write_own(torch_models.SentimentLSTM(), tmp_path / "m.pt")
     base = ["port", str(tmp_path / "m.pt"), str(tmp_path / "out.keras"), "--torch-model", "tests.zoo.torch_models:sentiment_lstm"]
     assert rosetta(base) == 2 and "--keras-model MODULE:FACTORY" in capsys.readouterr().err
     assert rosetta([*base, "--keras-model", "tests.zoo.keras_models:sentiment_lstm"]) == 2

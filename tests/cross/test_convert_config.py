@@ -1,4 +1,4 @@
-"""`convert` compares each pair's configuration (shared.port.conversion.OPTIONS), not only its kind and shapes: the
+"""`convert` compares each pair's configuration (shared.port.pairing.OPTIONS), not only its kind and shapes: the
 two silent wrong results of issue 59 as their users write them (a Keras `Attention(score_mode="dot", use_scale=True)`
 against the torch twin computing the concat score; a Keras `GRU(go_backwards=True)` against a forward `nn.GRU`),
 refused both ways naming the pair, the option and both values; every kind's options stated alike by both stacks;
@@ -20,7 +20,8 @@ import tf_impl.conversion as keras_side
 import torch_impl.conversion as torch_side
 from shared.cli import main as rosetta
 from shared.core.canonical import RULES
-from shared.port.conversion import OPTIONS, convert, verify
+from shared.port.conversion import convert, verify
+from shared.port.pairing import OPTIONS
 from torch_impl import keras_layers
 
 FEATURES, HIDDEN, VOCAB, CLASSES = 4, 6, 20, 3
@@ -250,7 +251,7 @@ def test_the_table_lists_every_kind_of_leaf_rule_and_both_stacks_state_each_laye
 def test_a_walk_stating_an_option_the_table_does_not_list_is_caught(monkeypatch):
     """Negative control of the table: an option a stack states outside it is an error, never compared silently."""
     monkeypatch.setattr(torch_side, "_simple_facts", lambda module, kind: {"colour": "blue"})
-    with pytest.raises(ValueError, match=r"options no entry of shared.port.conversion.OPTIONS lists.*: layer \(Linear\): colour"):
+    with pytest.raises(ValueError, match=r"options no entry of shared.port.pairing.OPTIONS lists.*: layer \(Linear\): colour"):
         convert(nn.ModuleDict({"layer": nn.Linear(FEATURES, 4)}), MATCHING["linear"][1]())
 
 

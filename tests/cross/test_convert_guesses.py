@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 import tf_impl.conversion as keras_side
-from shared.port import conversion
+from shared.port import layouts
 from shared.port.conversion import convert, verify
 from tests.zoo import d2l_tensorflow, d2l_torch
 
@@ -159,7 +159,7 @@ def test_a_key_map_entry_that_pairs_nothing_is_refused():
     source, target = _scorers()
     with pytest.raises(ValueError, match=r"the key map pairs no source layer with 'W_z'"):
         convert(source, target, key_map={**SETTLING_KEY_MAP, "W_z": "score"})
-    renames = conversion.layouts.parse({"renames": [{"prefix": "W_", "to": "x_"}, {"prefix": "nope", "to": "y"}]}, "map.json")
+    renames = layouts.parse({"renames": [{"prefix": "W_", "to": "x_"}, {"prefix": "nope", "to": "y"}]}, "map.json")
     with pytest.raises(ValueError, match=r"pairs no source layer with renames\[1\] \(prefix 'nope' -> 'y'\)"):
         convert(source, target, key_map=renames)
     assert json.dumps(SETTLING_KEY_MAP)  # the settling map is plain JSON, as --key-map reads it

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import regex
 
-from shared.port import ambiguity, conversion, layouts, port_files
+from shared.port import ambiguity, endpoints, formats, layouts, pairing, regex_limits, stages
 
 # ---- a regex is sized before it is compiled ----
 
@@ -24,7 +24,7 @@ REPORTED = r"^encoder\.((?:[a-z_]{999}){999}){9}(.*)$"  # 40 characters; written
 @pytest.fixture(autouse=True)
 def default_limit(monkeypatch):
     """The limit as shipped, whatever the environment running the tests raised it to."""
-    monkeypatch.delenv(layouts.MAX_REGEX_VARIABLE, raising=False)
+    monkeypatch.delenv(regex_limits.MAX_REGEX_VARIABLE, raising=False)
 
 
 def _key_map(tmp_path: Path, data, name: str = "map.json") -> Path:
@@ -36,7 +36,7 @@ def _key_map(tmp_path: Path, data, name: str = "map.json") -> Path:
 def _refused(path: Path) -> str:
     """The one-line error `rosetta port --key-map PATH` fails with, naming the file."""
     with pytest.raises(ValueError) as error:
-        port_files.endpoint("m.pt", key_map=str(path))
+        endpoints.endpoint("m.pt", key_map=str(path))
     message = str(error.value)
     assert message.startswith(f"{path}: ") and "\n" not in message, message
     return message
@@ -55,22 +55,22 @@ def compiles(monkeypatch) -> list[str]:
         seen.append(pattern)
         raise Compiling(pattern)
 
-    monkeypatch.setattr(layouts, "_compiled", record)
+    monkeypatch.setattr(regex_limits, "compiled", record)
     return seen
 
 
 def test_the_reported_regex_is_refused_naming_the_file_entry_and_limit_without_compiling_it(tmp_path, compiles):
-    assert len(REPORTED) == 40 and layouts.written_out_size(REPORTED) > 8_000_000
+    assert len(REPORTED) == 40 and regex_limits.written_out_size(REPORTED) > 8_000_000
     path = _key_map(tmp_path, {"renames": [{"prefix": "a.", "to": "b."}, {"regex": REPORTED, "to": "enc.\\2"}]})
     message = _refused(path)
     assert "renames[1]: the regex" in message and "is 8,982,020 characters with each repetition written out" in message
-    assert f"past the limit of {layouts.MAX_REGEX_SIZE:,}" in message and layouts.MAX_REGEX_VARIABLE in message
+    assert f"past the limit of {regex_limits.MAX_REGEX_SIZE:,}" in message and regex_limits.MAX_REGEX_VARIABLE in message
     assert compiles == []
 
 
 def test_negative_control_without_the_size_the_old_parse_compiles_it(tmp_path, compiles, monkeypatch):
     """The guard taken away (the limit as large as the pattern), the parse hands the pattern to the compiler."""
-    monkeypatch.setattr(layouts, "max_regex_size", lambda: 10**12)
+    monkeypatch.setattr(regex_limits, "max_regex_size", lambda: 10**12)
     with pytest.raises(Compiling):
         layouts.load(_key_map(tmp_path, {"renames": [{"regex": REPORTED, "to": "enc.\\2"}]}))
     assert compiles == [REPORTED]
@@ -90,10 +90,10 @@ def test_negative_control_the_compilers_memory_follows_the_written_out_size_not_
     """What the old code would have allocated, measured small: two patterns of one length whose written-out sizes
     differ 4x take about 4x the memory; at that rate the reported 40 characters take gigabytes."""
     small, large = r"(?:a{20}){20}", r"(?:a{40}){40}"
-    assert len(small) == len(large) and layouts.written_out_size(large) == 4 * layouts.written_out_size(small)
+    assert len(small) == len(large) and regex_limits.written_out_size(large) == 4 * regex_limits.written_out_size(small)
     assert _compiled_bytes(large) > 3 * _compiled_bytes(small)
-    per_character = _compiled_bytes(large) / layouts.written_out_size(large)
-    assert per_character * layouts.written_out_size(REPORTED) > 2**30
+    per_character = _compiled_bytes(large) / regex_limits.written_out_size(large)
+    assert per_character * regex_limits.written_out_size(REPORTED) > 2**30
 
 
 def test_a_key_maps_regexes_share_one_limit_the_variable_raises_it(tmp_path, monkeypatch):
@@ -102,15 +102,15 @@ def test_a_key_maps_regexes_share_one_limit_the_variable_raises_it(tmp_path, mon
     message = _refused(path)
     assert "renames[3]: the regex" in message and "with the key map's regexes before it, 20,020" in message
     assert "renames[4]" in message and "renames[2]" not in message  # each past the limit named, none before it
-    monkeypatch.setenv(layouts.MAX_REGEX_VARIABLE, "30000")
+    monkeypatch.setenv(regex_limits.MAX_REGEX_VARIABLE, "30000")
     assert len(layouts.load(path).renames) == 5
-    monkeypatch.setenv(layouts.MAX_REGEX_VARIABLE, "lots")
-    assert f"{layouts.MAX_REGEX_VARIABLE}='lots': the size a key map's regexes may come to is a number" in _refused(path)
+    monkeypatch.setenv(regex_limits.MAX_REGEX_VARIABLE, "lots")
+    assert f"{regex_limits.MAX_REGEX_VARIABLE}='lots': the size a key map's regexes may come to is a number" in _refused(path)
 
 
 def test_a_regex_longer_than_the_limit_is_refused_unparsed_and_quoted_in_part(tmp_path, monkeypatch):
     """Parsing a huge pattern takes memory of its own: its length alone refuses it, its text cut in the error."""
-    monkeypatch.setattr(layouts, "written_out_size", lambda pattern: pytest.fail("parsed"))
+    monkeypatch.setattr(regex_limits, "written_out_size", lambda pattern: pytest.fail("parsed"))
     message = _refused(_key_map(tmp_path, {"renames": [{"regex": "w" * 30_000, "to": "x"}]}))
     assert "renames[0]: the regex 'www" in message and "is 30,000 characters long, past the limit of 20,000" in message
     assert len(message) < 1_000
@@ -121,7 +121,7 @@ def test_the_guides_regex_still_renames_and_a_regex_outside_res_syntax_is_named(
     compiled once and renames."""
     rule = {"regex": r"^(encoder|decoder)\.rnn\.(.*)$", "to": "\\1.gru.\\2"}
     key_map = layouts.parse({"renames": [rule]}, "map.json")
-    assert layouts.written_out_size(rule["regex"]) < 100 and key_map.renames[0].compiled is not None
+    assert regex_limits.written_out_size(rule["regex"]) < 100 and key_map.renames[0].compiled is not None
     assert set(key_map.to_catalogue({"decoder.rnn.weight_ih_l0": np.zeros(1)})) == {"decoder.gru.weight_ih_l0"}
     with pytest.raises(ValueError, match=r"map.json: renames\[0\]: bad regex '\\\\p\{L\}\+' \(a key map's regex is Python's re"):
         layouts.parse({"renames": [{"regex": r"\p{L}+", "to": "x"}]}, "map.json")
@@ -141,7 +141,7 @@ def test_a_binary_key_map_is_one_line_naming_the_file_in_both_kinds_of_port(tmp_
     expected = f"{path}: not a UTF-8 JSON key map: not a UTF-8 text file (byte 0xff at byte 1)"
     assert _refused(path) == expected  # rosetta port --key-map
     with pytest.raises(ValueError) as error:  # rosetta port --torch-model/--keras-model --key-map, convert(key_map=)
-        conversion._pairs_named(str(path))
+        pairing.named_pairs(str(path))
     assert str(error.value) == expected
 
 
@@ -206,8 +206,8 @@ def test_a_preset_whose_renames_apply_but_whose_keys_do_not_fit_the_model_says_s
     file's own names, where the strict read proposed renames for a key map (tests/cross/test_keymap_trust.py)."""
     preset = layouts.preset("trevett-nmt3")
     file_keys = [key.replace("decoder.embedding.", "decoder.emb.") for key in TREVETT]
-    src = port_files.Endpoint(tmp_path / "emb.pt", port_files.FORMATS["torch"], preset)
-    read = port_files.Read(preset.to_catalogue(_arrays(file_keys), "emb.pt"), None, {}, {}, "float32")
+    src = endpoints.Endpoint(tmp_path / "emb.pt", formats.FORMATS["torch"], preset)
+    read = stages.Read(preset.to_catalogue(_arrays(file_keys), "emb.pt"), None, {}, {}, "float32")
     model = _Stack([key.replace("decoder.emb.", "decoder.embedding.") for key in read.weights])
     with pytest.raises(ValueError) as error:
         ambiguity.check_preset_fits(src, model, "bahdanau_bigru", read)
@@ -217,7 +217,7 @@ def test_a_preset_whose_renames_apply_but_whose_keys_do_not_fit_the_model_says_s
         "files do not"
     )
     ambiguity.check_preset_fits(dataclasses.replace(src, layout=layouts.IDENTITY), model, "bahdanau_bigru", read)  # no preset
-    good = port_files.Read(preset.to_catalogue(_arrays(TREVETT)), None, {}, {}, "float32")
+    good = stages.Read(preset.to_catalogue(_arrays(TREVETT)), None, {}, {}, "float32")
     ambiguity.check_preset_fits(src, _Stack(list(good.weights)), "bahdanau_bigru", good)  # its own file fits
 
 

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from shared.io import atomic, locks
-from shared.port import layouts, port_files, references
+from shared.port import endpoints, layouts, references, regex_limits
 from shared.specs import RunConfig, TrainSpec
 from shared.train import runs
 
@@ -37,7 +37,7 @@ def _key_map(tmp_path: Path, data, name: str = "map.json") -> Path:
 
 def _refused(path: Path) -> str:
     with pytest.raises(ValueError) as error:
-        port_files.endpoint("m.pt", key_map=str(path))
+        endpoints.endpoint("m.pt", key_map=str(path))
     message = str(error.value)
     assert str(path) in message and "\n" not in message
     return message
@@ -53,7 +53,7 @@ def test_a_key_map_naming_code_is_refused_before_anything_runs(tmp_path, monkeyp
     for field in ("reference", "runner"):
         path = _key_map(tmp_path, {"model": "bahdanau_bigru", field: "os:system"})
         with pytest.raises(ValueError, match=rf'"{field}" \'os:system\': a key map names no code to run'):
-            port_files.endpoint(str(source), key_map=str(path))
+            endpoints.endpoint(str(source), key_map=str(path))
     assert not (tmp_path / "ran").exists()
 
 
@@ -145,7 +145,7 @@ def test_negative_control_the_standard_matcher_hangs_on_it():
 
 
 def test_a_rename_past_its_time_limit_is_one_error_naming_the_entry(monkeypatch):
-    monkeypatch.setattr(layouts, "MATCH_SECONDS", 0.2)
+    monkeypatch.setattr(regex_limits, "MATCH_SECONDS", 0.2)
     key_map = layouts.parse({"renames": [{"regex": r"^(a|aa)+\.x$", "to": "y"}]}, "map.json")
     with pytest.raises(ValueError, match=r"map.json: renames\[0\] .* ran past 0.2 s on the key 'aaaa.*nested repetition"):
         key_map.to_catalogue({"a" * 60 + "!": np.zeros(1)})
