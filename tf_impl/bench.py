@@ -15,8 +15,8 @@ import re
 
 import keras
 
-from shared.tools import bench as shared_bench
 from shared.tools import machine
+from shared.tools.bench_profiles import BENCH_SPEC, GREEDY_MODES
 from shared.verify import fixtures
 from tf_impl import contract
 from tf_impl.keras_compat import backends
@@ -69,8 +69,8 @@ def matmul_gflops(device: str, n: int | None = None, repeats: int = 10) -> float
 
 
 def pace_gflops(device: str) -> float | None:
-    """None: Keras's own dispatch of a machine.PACE_SIZE product (210-380 us on TensorFlow and JAX, 50-110 us on torch,
-    spread by half between calls) swamps what machine.slow_phase watches, the few microseconds of waking a thread."""
+    """None: Keras's own dispatch of a machine.PACE_SIZE product (far longer than the product, and spread between
+    calls: docs/measurements.md) swamps what machine.slow_phase watches, the few microseconds of waking a thread."""
     return None
 
 
@@ -102,12 +102,12 @@ def make_call(name: str, task: str, impl: str, mode: str, arrays: dict, max_len:
     path the calls took: `execution_path`, read after them)."""
     model = build(name, impl, device)
     if task == "train_step":
-        trainer = Trainer(model, name, shared_bench.BENCH_SPEC, mode=mode)
+        trainer = Trainer(model, name, BENCH_SPEC, mode=mode)
         kept_xla = lambda: execution_path(model, mode, trainer.keras_model.jit_compile is True)  # noqa: E731  (Keras may turn XLA off)
         return (lambda: trainer.step(arrays)), kept_xla
     keras_backend = backend()
-    if mode not in shared_bench.GREEDY_MODES[keras_backend]:
-        raise ValueError(f"greedy decoding runs in mode {' or '.join(shared_bench.GREEDY_MODES[keras_backend])} on Keras's "
+    if mode not in GREEDY_MODES[keras_backend]:
+        raise ValueError(f"greedy decoding runs in mode {' or '.join(GREEDY_MODES[keras_backend])} on Keras's "
                          f"{keras_backend} backend, not {mode!r}")  # fmt: skip
     if mode != "eager" and keras_backend == "tensorflow":  # the unit greedy decoding repeats; bypass Keras's attribute tracking
         import tensorflow as tf
@@ -145,7 +145,7 @@ def count_ops(name: str, impl: str, arrays: dict) -> int | None:
     def counted(*_, **__) -> None:
         count[0] += 1  # returning None keeps the op's outputs
 
-    trainer = Trainer(build(name, impl), name, shared_bench.BENCH_SPEC, mode="eager")
+    trainer = Trainer(build(name, impl), name, BENCH_SPEC, mode="eager")
     trainer.step(arrays)  # the first step builds Adam's state: count a later one
     op_callbacks.add_op_callback(counted)
     try:

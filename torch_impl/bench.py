@@ -11,8 +11,8 @@ import math
 
 import torch
 
-from shared.tools import bench as shared_bench
-from shared.tools import machine
+from shared.tools import machine, native_stderr
+from shared.tools.bench_profiles import BENCH_SPEC
 from shared.verify import fixtures
 from torch_impl import contract
 from torch_impl.train import Trainer, compiled, traces_recurrent_layers
@@ -95,7 +95,7 @@ def make_call(name: str, task: str, impl: str, mode: str, arrays: dict, max_len:
     model = build(name, impl, device)
     path = lambda: execution_path(model, mode, device)  # noqa: E731  (read after the calls: Dynamo's counters)
     if task == "train_step":
-        trainer = Trainer(model, name, shared_bench.BENCH_SPEC, mode=mode)
+        trainer = Trainer(model, name, BENCH_SPEC, mode=mode)
         return (lambda: trainer.step(arrays)), path  # returns a float: waits for the device
     if mode == "compile":
         model.step = compiled(model.step, device)  # the unit greedy decoding repeats
@@ -134,7 +134,7 @@ def count_ops(name: str, impl: str, arrays: dict) -> int:
             Counter.count += 1
             return func(*args, **(kwargs or {}))
 
-    trainer = Trainer(build(name, impl), name, shared_bench.BENCH_SPEC, mode="eager")
+    trainer = Trainer(build(name, impl), name, BENCH_SPEC, mode="eager")
     trainer.step(arrays)  # the first step builds Adam's state: count a later one
     with Counter():
         trainer.step(arrays)
@@ -147,10 +147,10 @@ PRODUCT_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"
 def op_profile(call, mode: str) -> dict | None:
     """torch's profiler over machine.PROFILED_CALLS calls of an eager case: the self time of the matrix products and of
     every other aten op, in ms a call, and the products run (`machine.op_split`). None in a compiled mode (Inductor's
-    kernels fuse ops). The profiler's start and stop markers on stderr are left out (shared_bench.NATIVE_CHATTER)."""
+    kernels fuse ops). The profiler's start and stop markers on stderr are left out (native_stderr.NATIVE_CHATTER)."""
     if mode != "eager":
         return None
-    with shared_bench.native_stderr_filtered():
+    with native_stderr.native_stderr_filtered():
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profiler:
             for _ in range(machine.PROFILED_CALLS):
                 call()
@@ -178,8 +178,8 @@ def recurrent_layer_backward_flop(inputs, weight_ih, weight_hh, *args, out_shape
 
 
 # The layers torch's CPU runs as one oneDNN op that torch's FLOP counter does not count (nn.LSTM: `mkldnn_rnn_layer`,
-# forward and backward; it counted 0 of a 2-layer LSTM's 22.5 forward GFLOP at document 003's sizes, so the luong
-# models' counts held their output layers and attention alone). nn.GRU and nn.RNN decompose into counted products.
+# forward and backward: without these the luong models' counts held their output layers and attention alone;
+# docs/measurements.md). nn.GRU and nn.RNN decompose into counted products.
 RECURRENT_LAYER_FLOPS = {
     torch.ops.aten.mkldnn_rnn_layer: recurrent_layer_flop,
     torch.ops.aten.mkldnn_rnn_layer_backward: recurrent_layer_backward_flop,

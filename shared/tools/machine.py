@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-SAMPLE_S = 0.05  # each timed sample lasts at least this long: a 2 ms step timed one call at a time measures the scheduler
+SAMPLE_S = 0.05  # each timed sample lasts at least this long: a millisecond step timed one call at a time measures the scheduler
 MAX_CALLS_PER_SAMPLE = 1000
 
 
@@ -62,7 +62,7 @@ def time_side_by_side(fns: list, warms: list[Warm], repeats: int, big_repeats: i
     """Time warm callables in turns, one sample each a round, the order reversed every other round (A B, B A, ...),
     so a drift of the machine (its clock, its caches, another process) falls on all of them alike: the ratio of two
     implementations measured side by side. A sample is as many calls as last `sample_s` (Warm.calls_per_sample), its
-    time per call the sample's mean: a millisecond step timed one call at a time spreads by a quarter on this machine.
+    time per call the sample's mean: a millisecond step timed one call at a time spreads with the scheduler's jitter.
     `big_repeats` rounds when any call takes over a second. Each timing also holds its samples in round order
     (`samples_ms`): the k-th of two implementations' were taken next to each other (`paired_ratio`)."""
     rounds = big_repeats if any(warm.big for warm in warms) else repeats
@@ -146,8 +146,8 @@ def op_split(ops: dict, is_product, calls: int) -> dict[str, float]:
 def cpu_model(cpuinfo: str | None = None) -> str:
     """The CPU's model name (from /proc/cpuinfo on Linux, or the text `cpuinfo`), else platform's description. A name
     without a part number (a virtual machine's "AMD EPYC") gets the CPU's family and model numbers: two hosts sold
-    under that one name ran this suite 1.6x apart on a matmul and 2.4x on a millisecond step, and rounded float64 sums
-    differently, so their results must not share a folder (`machine_slug`)."""
+    under that one name ran this suite at different speeds and rounded float64 sums differently (docs/measurements.md),
+    so their results must not share a folder (`machine_slug`)."""
     path = Path("/proc/cpuinfo")
     if cpuinfo is None and path.is_file():
         cpuinfo = path.read_text()
@@ -262,9 +262,9 @@ def others_busy(window_s: float = IDLE_WINDOW_S) -> float | None:
 def slow_phase(pace: dict | None, best: float | None) -> str | None:
     """Why a case ran in one of the machine's slow phases, or None. `pace`: the framework's GFLOP/s on a PACE_SIZE
     product just before and just after the case (None where the stack has no probe: a GPU, Keras); `best`: the run's
-    highest. On this shared virtual machine, waking a framework's second thread costs more in some phases (seconds
-    long, no other process busy): a 2 ms step of small ops then runs 60% slower, and this product 25-30% slower, where
-    the load probes see nothing.
+    highest. On a shared virtual machine, waking a framework's second thread costs more in some phases (seconds long,
+    no other process busy): a millisecond step of small ops and this product then run slower while the load probes see
+    nothing (docs/measurements.md).
     Flagged where both probes fall below PACE_LIMIT of the best (one slow probe alone may be noise)."""
     if not pace or best is None or any(value is None for value in pace.values()):
         return None

@@ -2,31 +2,34 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import pytest
 
 from shared import catalogue, cli
-from shared.tools import bench, machine
+from shared.specs import Sizes
+from shared.tools import bench, bench_profiles, bench_results, bench_timing, machine
+from shared.verify.fixtures import synthetic_batch
 
 
 def test_the_default_profile_covers_the_reverse_task_and_the_attention_layer_in_both_stacks():
-    profile = bench.get_profile("default")
-    for stack in bench.STACK_MODES:
-        two = bench.cases(profile, stack, threads=2)
+    profile = bench_profiles.get_profile("default")
+    for stack in bench_profiles.STACK_MODES:
+        two = bench_profiles.cases(profile, stack, threads=2)
         assert {c.model for c in two} == set(profile.models)
-        assert {c.mode for c in two} == set(bench.process_modes(stack, "tensorflow")) - bench.GPU_MODES
+        assert {c.mode for c in two} == set(bench_profiles.process_modes(stack, "tensorflow")) - bench_profiles.GPU_MODES
         assert {c.impl for c in two if c.sweep == "document"} == {"ours", "as_written"}
-        one = bench.cases(profile, stack, threads=1)
-        assert not {c.mode for c in one} & bench.COMPILED_MODES  # compiled modes at one thread count only
+        one = bench_profiles.cases(profile, stack, threads=1)
+        assert not {c.mode for c in one} & bench_profiles.COMPILED_MODES  # compiled modes at one thread count only
         assert {c.sweep for c in two} == {"document", "seq_len", "batch", "floor"}
         # every train step again at batch 1 and the document's lengths (its floor), each impl timed at the document's
         documents = {(c.model, c.impl, c.mode, c.sizes) for c in two if c.sweep == "document" and c.task == "train_step"}
         floors = {(c.model, c.impl, c.mode, c.sizes) for c in two if c.sweep == "floor" and c.task == "train_step"}
-        assert floors == {(model, impl, mode, bench.floor_sizes(sizes)) for model, impl, mode, sizes in documents}
-        assert {sizes for *_, sizes in floors} == {bench.Sizes(1, 10, 10)}  # the reverse task's 32x10x10 at batch 1
-        twins = bench.side_by_side([c for c in two if c.sweep == "floor" and c.model == "reverse_bahdanau"])
+        assert floors == {(model, impl, mode, bench_profiles.floor_sizes(sizes)) for model, impl, mode, sizes in documents}
+        assert {sizes for *_, sizes in floors} == {Sizes(1, 10, 10)}  # the reverse task's 32x10x10 at batch 1
+        twins = bench_profiles.side_by_side([c for c in two if c.sweep == "floor" and c.model == "reverse_bahdanau"])
         assert [case.impl for case in twins[0]] == ["ours", "as_written"]  # timed side by side
 
 
@@ -34,60 +37,61 @@ def test_keras_on_jax_and_torch_runs_its_backends_modes_and_names_them_in_rows_a
     """JAX: eager and XLA (jit), greedy decoding as XLA alone (the contract jits its step in every mode: an eager row
     would time the jitted decoding); Keras's torch backend: eager. A row's mode and the result file name the backend;
     TensorFlow's keep their names (earlier result files stay valid)."""
-    full = bench.get_profile("full")
-    jax_cases = bench.cases(full, "tf", threads=2, backend="jax")
+    full = bench_profiles.get_profile("full")
+    jax_cases = bench_profiles.cases(full, "tf", threads=2, backend="jax")
     assert {c.mode for c in jax_cases} == {"eager", "xla"}
     assert {c.mode for c in jax_cases if c.task == "greedy"} == {"xla"}
-    assert {c.mode for c in bench.cases(full, "tf", threads=2, backend="torch")} == {"eager"}
-    assert {c.mode for c in bench.cases(full, "tf", threads=2) if c.task == "greedy"} == {"eager", "function", "xla"}
-    assert [bench.keras_mode(b, "xla") for b in ("tensorflow", "jax")] == ["xla", "jax-xla"]
-    assert set(bench.STACK_MODES["tf"]) >= {"function", "jax-xla", "torch-eager"}
+    assert {c.mode for c in bench_profiles.cases(full, "tf", threads=2, backend="torch")} == {"eager"}
+    assert {c.mode for c in bench_profiles.cases(full, "tf", threads=2) if c.task == "greedy"} == {"eager", "function", "xla"}
+    assert [bench_profiles.keras_mode(b, "xla") for b in ("tensorflow", "jax")] == ["xla", "jax-xla"]
+    assert set(bench_profiles.STACK_MODES["tf"]) >= {"function", "jax-xla", "torch-eager"}
     environment = {"machine": "m", "stack": "tf", "backend": "jax", "device": "gpu", "threads": 1, "profile": "full"}
-    assert bench.result_path("r", environment).name == "tf-jax-gpu-t1-full.json"
-    assert bench.result_path("r", {**environment, "backend": "tensorflow"}).name == "tf-gpu-t1-full.json"
-    assert bench.result_path("r", {**environment, "stack": "torch", "backend": "torch"}).name == "torch-gpu-t1-full.json"
+    assert bench_results.result_path("r", environment).name == "tf-jax-gpu-t1-full.json"
+    assert bench_results.result_path("r", {**environment, "backend": "tensorflow"}).name == "tf-gpu-t1-full.json"
+    assert bench_results.result_path("r", {**environment, "stack": "torch", "backend": "torch"}).name == "torch-gpu-t1-full.json"
 
 
 def test_the_full_profile_times_every_model_and_greedy_decoding_of_the_real_data_models():
-    cases = bench.cases(bench.get_profile("full"), "torch", threads=2)
+    cases = bench_profiles.cases(bench_profiles.get_profile("full"), "torch", threads=2)
     assert {c.model for c in cases} == set(catalogue.built())
     greedy = {c.model for c in cases if c.task == "greedy"}
     assert greedy == {name for name in catalogue.built() if catalogue.get(name).variable_length}
     # the listing is the baseline of every mode a user runs: torch eager and compile, Keras's every mode
     assert {c.mode for c in cases if c.impl == "as_written"} == {"eager", "compile"}
-    tf_cases = bench.cases(bench.get_profile("full"), "tf", threads=2)
+    tf_cases = bench_profiles.cases(bench_profiles.get_profile("full"), "tf", threads=2)
     assert {c.mode for c in tf_cases if c.impl == "as_written"} == {"eager", "function", "xla"}
 
 
 def test_the_cuda_graph_mode_times_the_train_step_of_the_fixed_shape_models_on_a_gpu_only():
-    full = bench.get_profile("full")
-    assert not {c.mode for c in bench.cases(full, "torch", threads=2)} & bench.GPU_MODES  # the CPU has no CUDA graphs
-    graphed = [c for c in bench.cases(full, "torch", threads=8, device="gpu") if c.mode == "cudagraph"]
+    full = bench_profiles.get_profile("full")
+    on_cpu = {c.mode for c in bench_profiles.cases(full, "torch", threads=2)}
+    assert not on_cpu & bench_profiles.GPU_MODES  # the CPU has no CUDA graphs
+    graphed = [c for c in bench_profiles.cases(full, "torch", threads=8, device="gpu") if c.mode == "cudagraph"]
     assert {c.model for c in graphed} == {name for name in catalogue.built() if not catalogue.get(name).variable_length}
     assert {c.task for c in graphed} == {"train_step"} and {c.impl for c in graphed} == {"ours", "as_written"}
     assert {c.sweep for c in graphed} == {"document", "floor"}  # the sweeps run the best uncompiled mode
     # negative control: the other modes time greedy decoding and the models of varying length on a GPU
-    eager = [c for c in bench.cases(full, "torch", threads=8, device="gpu") if c.mode == "eager"]
+    eager = [c for c in bench_profiles.cases(full, "torch", threads=8, device="gpu") if c.mode == "eager"]
     assert {c.task for c in eager} == {"train_step", "greedy"} and {c.model for c in eager} == set(catalogue.built())
-    assert not [c for c in bench.cases(full, "tf", threads=8, device="gpu", backend="jax") if c.mode == "cudagraph"]
+    assert not [c for c in bench_profiles.cases(full, "tf", threads=8, device="gpu", backend="jax") if c.mode == "cudagraph"]
 
 
 def test_the_headline_profile_times_every_models_train_step_and_floor_at_two_threads_and_nothing_else():
     """What the report's headline reads, in one sitting: every model, every mode, the listing beside ours, floors; no
     sweeps or greedy decoding (the full profile's, which the headline does not read)."""
-    headline, full = bench.get_profile("headline"), bench.get_profile("full")
-    for stack in bench.STACK_MODES:
-        cases = bench.cases(headline, stack, threads=2)
-        everything = bench.cases(full, stack, threads=2)
+    headline, full = bench_profiles.get_profile("headline"), bench_profiles.get_profile("full")
+    for stack in bench_profiles.STACK_MODES:
+        cases = bench_profiles.cases(headline, stack, threads=2)
+        everything = bench_profiles.cases(full, stack, threads=2)
         assert {c.sweep for c in cases} == {"document", "floor"} and {c.task for c in cases} == {"train_step"}
         assert set(cases) == {c for c in everything if c.task == "train_step" and c.sweep in ("document", "floor")}
-    assert headline.threads == (2,) and not {c.task for c in bench.cases(full, "torch", 2)} <= {"train_step"}
+    assert headline.threads == (2,) and not {c.task for c in bench_profiles.cases(full, "torch", 2)} <= {"train_step"}
 
 
 def test_every_model_has_document_sizes_and_a_synthetic_batch_of_them():
     for name in catalogue.built():
-        sizes = bench.document_sizes(name)
-        batch = bench.synthetic_batch(name, sizes)
+        sizes = bench_profiles.document_sizes(name)
+        batch = synthetic_batch(name, sizes)
         first = next(iter(batch.values()))
         assert first.shape[:2] == (sizes.batch, sizes.src_len if "src" in batch else sizes.tgt_len)
         if "tgt_in" in batch:
@@ -184,9 +188,9 @@ def test_a_ratio_taken_round_by_round_sees_through_the_machines_slow_phases(monk
 
 
 def test_ours_row_carries_the_round_by_round_ratio_where_the_listing_was_timed_beside_it():
-    paired = bench._paired_speedup({"ours": [1.0, 2.0, 1.0], "as_written": [1.2, 2.6, 1.1]})
+    paired = bench_timing._paired_speedup({"ours": [1.0, 2.0, 1.0], "as_written": [1.2, 2.6, 1.1]})
     assert paired["paired_speedup"] == pytest.approx(1.2) and paired["paired_speedup_q75"] == pytest.approx(1.25)
-    assert bench._paired_speedup({"ours": [1.0, 2.0]}) == {}  # no listing beside it (reverse_rnn, a sweep)
+    assert bench_timing._paired_speedup({"ours": [1.0, 2.0]}) == {}  # no listing beside it (reverse_rnn, a sweep)
 
 
 def test_a_millisecond_step_is_timed_in_samples_of_many_calls(monkeypatch):
@@ -202,9 +206,9 @@ def test_a_millisecond_step_is_timed_in_samples_of_many_calls(monkeypatch):
 
 
 def test_a_model_that_is_its_listing_gets_no_as_written_twin():
-    """reverse_rnn's ours is ReverseTaskV0's own code: timing it twice measures noise (0.79x-1.05x was recorded)."""
-    profile = bench.get_profile("default")
-    timed = {(case.model, case.impl) for case in bench.cases(profile, "torch", 2)}
+    """reverse_rnn's ours is ReverseTaskV0's own code: timing it twice measures noise (docs/measurements.md)."""
+    profile = bench_profiles.get_profile("default")
+    timed = {(case.model, case.impl) for case in bench_profiles.cases(profile, "torch", 2)}
     assert ("reverse_rnn", "ours") in timed and ("reverse_rnn", "as_written") not in timed
     assert ("reverse_luong_dot", "as_written") in timed
 
@@ -212,10 +216,10 @@ def test_a_model_that_is_its_listing_gets_no_as_written_twin():
 def test_a_model_that_is_its_listing_on_one_keras_backend_gets_no_twin_there():
     """luong_dot's ours decodes as its listing on Keras's JAX backend (catalogue `listing_on`): no twin there, one on
     TensorFlow and in torch. Negative control: luong_general, whose keys ours hoists, has its twin on JAX too."""
-    profile = bench.get_profile("headline")
+    profile = bench_profiles.get_profile("headline")
 
     def timed(stack, backend):
-        return {(case.model, case.impl) for case in bench.cases(profile, stack, 2, backend=backend)}
+        return {(case.model, case.impl) for case in bench_profiles.cases(profile, stack, 2, backend=backend)}
 
     assert ("luong_dot", "as_written") not in timed("tf", "jax") and ("luong_dot", "ours") in timed("tf", "jax")
     assert ("luong_dot", "as_written") in timed("tf", "tensorflow") & timed("torch", "tensorflow")
@@ -223,19 +227,19 @@ def test_a_model_that_is_its_listing_on_one_keras_backend_gets_no_twin_there():
 
 
 def test_ours_is_timed_with_its_as_written_twin():
-    profile = bench.get_profile("smoke")
-    groups = bench.side_by_side(bench.cases(profile, "torch", 1))
+    profile = bench_profiles.get_profile("smoke")
+    groups = bench_profiles.side_by_side(bench_profiles.cases(profile, "torch", 1))
     pairs = [[case.impl for case in group] for group in groups]
     assert ["ours", "as_written"] in pairs and all(pair in (["ours"], ["ours", "as_written"]) for pair in pairs)
     assert all(len({(c.model, c.task, c.mode, c.sizes) for c in group}) == 1 for group in groups)
-    assert sum(map(len, groups)) == len(bench.cases(profile, "torch", 1))  # every case once
+    assert sum(map(len, groups)) == len(bench_profiles.cases(profile, "torch", 1))  # every case once
 
 
 def test_machine_slug_and_result_path():
     assert machine.machine_slug("AMD EPYC 7R13 Processor", 2, None) == "cpu-amd-epyc-7r13-2c"
     assert machine.machine_slug("x", 16, "NVIDIA H100 80GB HBM3") == "gpu-nvidia-h100-80gb-hbm3"
     environment = {"machine": "cpu-x-2c", "stack": "tf", "device": "cpu", "threads": 2, "profile": "default"}
-    assert bench.result_path("r", environment).as_posix() == "r/cpu-x-2c/tf-cpu-t2-default.json"
+    assert bench_results.result_path("r", environment).as_posix() == "r/cpu-x-2c/tf-cpu-t2-default.json"
 
 
 def test_a_run_of_every_model_named_in_turn_gets_a_file_name_a_file_system_takes(tmp_path):
@@ -244,14 +248,15 @@ def test_a_run_of_every_model_named_in_turn_gets_a_file_name_a_file_system_takes
     one keeps its names. Negative control: the names joined make a partial file's name past 255 bytes."""
     every = list(reversed(catalogue.built()))  # every model, in an order of the user's
     environment = {"machine": "gpu-x", "stack": "torch", "device": "gpu", "threads": 8, "profile": "headline"}
-    profile = bench.restrict(bench.get_profile("headline"), every, ["eager", "cudagraph"])
-    partial = bench.partial_path(bench.result_path(tmp_path, {**environment, "part": profile.tag}))
+    profile = bench_profiles.restrict(bench_profiles.get_profile("headline"), every, ["eager", "cudagraph"])
+    partial = bench_results.partial_path(bench_results.result_path(tmp_path, {**environment, "part": profile.tag}))
     assert len(partial.name) < 255 and f"-{len(every)}-models-" in partial.name
     partial.parent.mkdir()
     partial.write_text("{}")  # the file system takes it
-    other = bench.restrict(bench.get_profile("headline"), every[1:] + every[:1], ["eager", "cudagraph"])
+    other = bench_profiles.restrict(bench_profiles.get_profile("headline"), every[1:] + every[:1], ["eager", "cudagraph"])
     assert other.tag != profile.tag  # another order is another run
-    assert bench.restrict(bench.get_profile("headline"), ["luong_dot", "reverse_rnn"]).tag == "-luong_dot-reverse_rnn"
+    two = bench_profiles.restrict(bench_profiles.get_profile("headline"), ["luong_dot", "reverse_rnn"])
+    assert two.tag == "-luong_dot-reverse_rnn"
     assert len(f"torch-gpu-t8-headline-{'-'.join(every)}-eager-cudagraph.json.partial") > 255
 
 
@@ -262,16 +267,17 @@ def test_a_gpu_case_is_not_profiled_where_a_cpu_case_is():
 
     profiled = []
     stack = types.SimpleNamespace(op_profile=lambda call, mode: profiled.append(mode) or {"product_ms": 1.0, "other_ms": 2.0})
-    case = bench.Case("reverse_bahdanau", "train_step", "ours", "xla", "document", bench.document_sizes("reverse_bahdanau"))
-    assert bench._op_times(stack, case, call=None, device="gpu") == {} and profiled == []
-    assert bench._op_times(stack, case, call=None, device="cpu") == {"product_ms": 1.0, "other_ms": 2.0}
+    sizes = bench_profiles.document_sizes("reverse_bahdanau")
+    case = bench_profiles.Case("reverse_bahdanau", "train_step", "ours", "xla", "document", sizes)
+    assert bench_timing._op_times(stack, case, call=None, device="gpu") == {} and profiled == []
+    assert bench_timing._op_times(stack, case, call=None, device="cpu") == {"product_ms": 1.0, "other_ms": 2.0}
 
 
 def test_the_profiles_tell_the_listings_repeated_products_by_their_count_not_their_time():
-    """`op_split` counts the products run a call, which the program fixes. The CI run of 2026-11-28 profiled
-    reverse_bahdanau's jitted step under the other test worker's load: ours's products 3.65 ms, the listing's 3.59
-    (in an idle process 2.2-2.4 against 3.7-4.5), with 116 and 172 products a call. Negative control: the times, as
-    the tests first compared them (the listing's above 1.2x ours's), miss the repeated products."""
+    """`op_split` counts the products run a call, which the program fixes, where the times move with the host's
+    load: a CI run's profile of reverse_bahdanau's jitted step under another test worker's load (these numbers;
+    docs/measurements.md) had the listing's products no slower than ours's, but ran more of them. Negative control: the
+    times, as the tests first compared them (the listing's above 1.2x ours's), miss the repeated products."""
     from tests import xla_profile
 
     def profile(product_ms, other_ms, product_runs):  # over machine.PROFILED_CALLS = 3 calls, one dot and one add
@@ -320,7 +326,7 @@ def test_bad_bench_requests_fail_with_one_clear_error(capsys, argv, message):
 
 
 def test_bench_takes_its_models_comma_or_space_separated_as_it_takes_its_modes(monkeypatch):
-    """`--modes a,b` is comma-separated; `--models a,b` named one unknown model "a,b" until 2026-11-27."""
+    """`--modes a,b` is comma-separated; `--models a,b` once named one unknown model "a,b"."""
     asked = []
     monkeypatch.setattr(bench, "run", lambda profile, stacks, results, threads, models, modes, **_: asked.append(models))
     for argv in (
@@ -336,14 +342,14 @@ def test_the_progress_line_gives_ours_ratio_round_by_round_where_the_listing_ran
     row = {"stack": "torch", "model": "reverse_bahdanau", "task": "train_step", "impl": "ours", "mode": "eager",
            "sweep": "document", "batch": 32, "src_len": 10, "tgt_len": 10, "threads": 2, "status": "ok",
            "median_ms": 27.8, "compile_s": 0.0}  # fmt: skip
-    assert bench._progress_line(row).endswith("27.80 ms  (compile 0.0 s)")  # alone: no ratio
-    paired = {**row, **bench._paired_speedup({"ours": [27.0, 28.0, 27.8], "as_written": [39.0, 40.0, 40.5]})}
-    assert bench._progress_line(paired).endswith("1.44x over as written (1.44-1.45)")
+    assert bench_timing.progress_line(row).endswith("27.80 ms  (compile 0.0 s)")  # alone: no ratio
+    paired = {**row, **bench_timing._paired_speedup({"ours": [27.0, 28.0, 27.8], "as_written": [39.0, 40.0, 40.5]})}
+    assert bench_timing.progress_line(paired).endswith("1.44x over as written (1.44-1.45)")
 
 
 def test_an_unknown_profile_is_refused():
     with pytest.raises(ValueError, match="unknown bench profile 'huge'"):
-        bench.get_profile("huge")
+        bench_profiles.get_profile("huge")
     with pytest.raises(SystemExit):
         cli.main(["bench", "--profile", "huge"])
 
@@ -426,12 +432,11 @@ def test_a_case_is_flagged_for_load_or_spread_and_a_quiet_one_is_not():
 
 
 def test_a_case_timed_in_a_slow_phase_of_the_machine_is_flagged_and_one_slow_probe_alone_is_not():
-    """This machine has phases, seconds long, in which waking a framework's second thread costs more: a 128x128
-    matmul measured 26 us then 34 (a 2 ms step of small ops 60% slower) while no other process ran. A case whose pace
+    """A shared machine has phases, seconds long, in which waking a framework's second thread costs more: a 128x128
+    matmul and a millisecond step of small ops run slower while no other process runs (docs/measurements.md). A case whose pace
     probes, before and after it, both stay below 85% of the run's best is flagged, its other reasons kept; one slow
     probe is not enough (noise), a GPU's rows carry no pace. Negative control: the load and spread checks alone pass
     the slow case."""
-    from shared.tools.bench import flag_slow_phases
 
     def row(before, after, disturbed=None):
         return {"median_ms": 17.0, "q25_ms": 16.8, "q75_ms": 17.2, "pace_gflops": {"before": before, "after": after},
@@ -439,7 +444,7 @@ def test_a_case_timed_in_a_slow_phase_of_the_machine_is_flagged_and_one_slow_pro
 
     slow, noisy, fast, spread = row(123.0, 121.0), row(120.0, 160.0), row(161.0, 158.0), row(124.0, 125.0, "spread: IQR 30%")
     failed, gpu = {"status": "failed"}, row(None, None)
-    flagged = flag_slow_phases([slow, noisy, fast, spread, failed, gpu])
+    flagged = bench_timing.flag_slow_phases([slow, noisy, fast, spread, failed, gpu])
     assert flagged[0]["disturbed"] == "slow phase: a 128x128 matmul ran at 76% of this run's best pace"
     assert flagged[3]["disturbed"] == "spread: IQR 30%; slow phase: a 128x128 matmul ran at 78% of this run's best pace"
     assert [row["disturbed"] for row in (flagged[1], flagged[2], flagged[5])] == [None, None, None]
@@ -466,12 +471,30 @@ def test_a_failed_bench_process_says_where_its_timed_rows_are_and_how_to_continu
 
 def test_a_bench_child_asked_for_an_unknown_mode_says_so_in_one_line(capsys):
     assert bench.main(["torch", "--threads", "1", "--results", "r", "--modes", "turbo"]) == 2
-    assert capsys.readouterr().err == (f"rosetta bench: unknown mode(s) turbo; known: {', '.join(bench.ALL_MODES)}\n")
+    assert capsys.readouterr().err == (f"rosetta bench: unknown mode(s) turbo; known: {', '.join(bench_profiles.ALL_MODES)}\n")
 
 
 def test_a_bench_process_gives_tensorflow_both_of_its_pools_at_the_thread_count():
     """TensorFlow as it sets itself up on that many cores: an inter-op pool of 1 ran a tf.function's independent ops
-    in turn (reverse_bahdanau's step 21.7 ms against 15.2 on 2 cores)."""
+    in turn, slower than with both pools at the thread count (docs/measurements.md)."""
     for threads in (1, 2):
         variables = machine.thread_environment(threads)
         assert variables["TF_NUM_INTRAOP_THREADS"] == variables["TF_NUM_INTEROP_THREADS"] == str(threads)
+
+
+def test_a_partial_file_of_another_schema_is_not_resumed_and_one_of_this_schema_is(tmp_path):
+    """--resume continues only a partial file of the schema this bench writes: one of schema 1 (an older bench at the same
+    commit, whose rows may lack fields) or of a schema no bench here knows is refused, by one error naming the file and
+    its schema. Negative control: the same file at SCHEMA resumes its timed row. A result file states SCHEMA."""
+    assert bench_results.SCHEMA == max(bench_results.SCHEMAS) == 2
+    environment = dict.fromkeys(bench_results.RESUME_FIELDS, "x")
+    row = {"model": "reverse_rnn", "task": "train_step", "impl": "ours", "mode": "eager", "sweep": "document", "batch": 32,
+           "src_len": 10, "tgt_len": 10, "status": "ok"}  # fmt: skip
+    partial = tmp_path / "torch-cpu-t1-smoke.json.partial"
+    for schema in (1, 99):
+        partial.write_text(json.dumps({"schema": schema, "environment": environment, "rows": [row]}))
+        with pytest.raises(ValueError, match=rf"smoke\.json\.partial: cannot resume it: its schema is {schema}, this run's 2;"):
+            bench_results.resumed_rows(partial, environment)
+    bench_results.write_results(partial, environment, [row])
+    assert json.loads(partial.read_text())["schema"] == bench_results.SCHEMA
+    assert bench_results.resumed_rows(partial, environment) == {bench_results.case_key(row): row}

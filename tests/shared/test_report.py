@@ -12,13 +12,16 @@ import pytest
 
 from shared import catalogue
 from shared.tools.report import NO_GPU, write_report
+from shared.tools.report.ceilings import ceiling_after_floor
 from shared.tools.report.schema import SPEEDUP_TARGET
-from shared.tools.report.tables import ceiling_after_floor
 
 REPO = Path(__file__).resolve().parents[2]
 CPU = {"machine": "cpu-test-2c", "cpu": "Test CPU", "cores": 2, "gpu": None, "device": "cpu", "threads": 2,
        "versions": {"python": "3.12.3", "numpy": "2.1"}, "commit": "abc1234", "created": "2026-11-22T20:00:00Z",
        "profile": "default", "matmul_gflops": 100.0}  # fmt: skip
+# a day after the docs' dates for the first runs whose rows held the round-by-round ratio and document-length floors:
+# what a row holds decides how it is read, not its date
+LATER = "2026-12-01T00:00:00Z"
 GPU = {**CPU, "machine": "gpu-test-h100", "gpu": "NVIDIA H100 80GB HBM3", "device": "gpu", "matmul_gflops": 50000.0}
 SIZES = {"reverse_bahdanau": (32, 10, 11), "luong_dot": (128, 8, 9)}
 # train-step medians (ms) at the documents' sizes, on CPU: (model, stack, mode, impl) -> ms
@@ -178,6 +181,14 @@ def test_the_headline_gives_the_lowest_ratio_of_every_mode_and_the_flop_ceiling(
     assert (same["lowest ours/as-written"], same["lowest in"], same["FLOP ceiling"]) == (1.0, "ours is the listing", 1.0)
 
 
+def _rewrite_results(inputs, change) -> None:
+    """Each result file of `inputs` rewritten as `change(data)` leaves its parsed content."""
+    for path in sorted(inputs["results_dir"].rglob("*.json")):
+        data = json.loads(path.read_text())
+        change(data)
+        _write_json(path, data)
+
+
 def _add_floors(inputs, floor_lengths, medians=(4.0, 2.0)):
     """reverse_bahdanau's floors of torch compile and TF XLA (`medians`, ms) at batch 1 and `floor_lengths`, and TF
     XLA's as-written step (14 ms, once), added to the result files of `inputs`."""
@@ -209,10 +220,13 @@ def test_a_ratio_below_target_is_a_target_only_where_the_ceiling_after_the_floor
     assert no_floor == 2.0 and no_floor >= SPEEDUP_TARGET  # the FLOP ceiling alone calls the compiled 1.2x a target
 
 
-def test_floors_at_other_lengths_than_the_documents_count_only_where_none_were_timed_at_them(tmp_path, inputs):
+@pytest.mark.parametrize("created", [CPU["created"], LATER])
+def test_floors_at_other_lengths_than_the_documents_count_only_where_none_were_timed_at_them(tmp_path, inputs, created):
     """An older run's floors (2 source and 3 target steps, not the document's 10 and 11) time less of the step's
     dispatch: beside floors at the document's lengths they are left out (negative control: their 1 ms would make torch
-    compile's 1.2x a target, 6 / (1 + 5 / 2) = 1.71x); alone, they stand in, and the table names their sizes."""
+    compile's 1.2x a target, 6 / (1 + 5 / 2) = 1.71x); alone, they stand in, and the table names their sizes. Their
+    sizes decide, whatever the files' date."""
+    _rewrite_results(inputs, lambda data: data["environment"].update(created=created))
     _add_floors(inputs, (2, 3), medians=(1.0, 1.0))
     result, _ = _report(tmp_path / "old", inputs)
     old = _pick(result["tables"]["speedup_below_target"], model="reverse_bahdanau", mode="compile")
@@ -333,10 +347,11 @@ def test_a_step_whose_products_already_fell_by_the_flop_ceiling_is_bounded_by_it
 
 
 def _below_target(rows):
-    """tables.below_target_table over `rows` (dicts of _row) in their own setting."""
+    """ceilings.below_target_table over `rows` (dicts of _row) in their own setting."""
     import pandas as pd
 
-    from shared.tools.report.tables import below_target_table, pick_context
+    from shared.tools.report.ceilings import below_target_table
+    from shared.tools.report.selection import pick_context
 
     frame = pd.DataFrame([{**row, "machine": CPU["machine"]} for row in rows])
     return below_target_table(frame, pick_context(frame))
@@ -447,20 +462,23 @@ def _paired(low, median, high) -> dict:
 def test_a_ratio_timed_round_by_round_is_read_round_by_round():
     """ours 10 ms and as written 10.4 by their medians (1.04x, IQRs overlapping), but 1.10x round by round (1.08-1.12x):
     the headline's lowest ratio, the speed table and the below-target table read the round-by-round ratio; a row
-    without it (a run before 2026-11-27: negative control) is read by its medians."""
+    without it is read by its medians, by the field whatever its date (negative control: a row created after the first
+    runs that held the field, without it)."""
     from shared.tools.report.reading import _finish_rows
     from shared.tools.report.tables import _lowest_speedup, speed_table
 
-    def rows(**paired):
-        file = {"machine": CPU["machine"], "matmul_gflops": 100.0, "created": "", "file": "f", "disturbed": "", "ran": None}
+    def rows(created="", **paired):
+        file = {"machine": CPU["machine"], "matmul_gflops": 100.0, "created": created, "file": "f", "disturbed": "", "ran": None}
         return _finish_rows([_row("reverse_bahdanau", "torch", "compile", "ours", 10.0, **file, **paired),
                              _row("reverse_bahdanau", "torch", "compile", "as_written", 10.4, **file)])  # fmt: skip
 
     assert _lowest_speedup(rows(**_paired(1.08, 1.10, 1.12)))[0] == pytest.approx(1.10)
     assert _lowest_speedup(rows())[0] == pytest.approx(1.04)
+    assert _lowest_speedup(rows(LATER))[0] == pytest.approx(1.04)  # dated after the cut, without the field
     table = speed_table(rows(**_paired(1.08, 1.10, 1.12)), "train_step")[0]
     assert _pick(table, impl="ours")["ours/as-written"] == pytest.approx(1.10)
     assert _pick(speed_table(rows(), "train_step")[0], impl="ours")["ours/as-written"] == pytest.approx(1.04)
+    assert _pick(speed_table(rows(LATER), "train_step")[0], impl="ours")["ours/as-written"] == pytest.approx(1.04)
     ratio, where = _lowest_speedup(rows(**_paired(0.95, 0.98, 1.02)))
     assert (ratio, where) == (pytest.approx(0.98), "torch compile, within the spread")
     assert _lowest_speedup(rows(**_paired(0.95, 0.97, 0.99)))[1] == "torch compile"  # slower, said plainly
@@ -631,6 +649,46 @@ def test_unusable_files_and_rows_are_listed_not_fatal(tmp_path, inputs):
     assert len(result["tables"]["headline"]) == len(catalogue.CATALOGUE)
 
 
+# what a schema-2 file's successful rows hold beyond _row's (shared.tools.bench_results.SCHEMAS)
+SCHEMA_2_FIELDS = {"calls_per_sample": 1, "path": {"compiler": None}, "others_busy": {"before": 0.0, "during": 0.0, "after": 0.0},
+                   "pace_gflops": {"before": None, "after": None}, "disturbed": None, "timed_with": []}  # fmt: skip
+
+
+def test_each_schema_is_read_by_what_it_holds_and_a_newer_one_is_refused_naming_its_file(tmp_path, inputs):
+    """A schema-1 file reads as it always did, and as one that states no schema. A schema-2 file's rows read alike, and
+    each successful row must hold what schema 2 promises: one that does not is listed, while the same row in a schema-1
+    file is read (negative control). A file of a schema this suite does not know is refused whole, by one line naming
+    it, its rows unread."""
+    first, _ = _report(tmp_path, inputs, "schema-1")
+    _rewrite_results(inputs, lambda data: data.pop("schema"))
+    unstated, _ = _report(tmp_path, inputs, "unstated")
+    assert unstated["missing"] == first["missing"] == []
+    pd.testing.assert_frame_equal(unstated["tables"]["headline"], first["tables"]["headline"])
+
+    def to_schema_2(data):
+        data["schema"] = 2
+        data["rows"] = [{**row, **SCHEMA_2_FIELDS} if row["status"] == "ok" else row for row in data["rows"]]
+
+    _rewrite_results(inputs, to_schema_2)
+    second, _ = _report(tmp_path, inputs, "schema-2")
+    assert second["missing"] == []
+    pd.testing.assert_frame_equal(second["tables"]["headline"], first["tables"]["headline"])
+    torch_file = inputs["results_dir"] / CPU["machine"] / "torch.json"
+    data = json.loads(torch_file.read_text())
+    del data["rows"][0]["others_busy"]
+    _write_json(torch_file, data)
+    lacking = f"{CPU['machine']}/torch.json, row 0: missing field(s) others_busy"
+    assert _report(tmp_path, inputs, "lacking")[0]["missing"] == [lacking]
+    _write_json(torch_file, {**data, "schema": 1})
+    assert _report(tmp_path, inputs, "lacking-in-1")[0]["missing"] == []
+    newer = {"schema": 99, "environment": {**CPU, "machine": "cpu-newer-2c", "stack": "torch"}, "rows": [{"model": 1}]}
+    _write_json(inputs["results_dir"] / "cpu-newer-2c" / "torch.json", newer)
+    result, readme = _report(tmp_path, inputs, "newer")
+    refused = "cpu-newer-2c/torch.json: schema 99 is not one this suite reads (1, 2): a newer bench wrote it?"
+    assert result["missing"] == [refused] and f"- {refused}" in readme
+    pd.testing.assert_frame_equal(result["tables"]["headline"], first["tables"]["headline"])
+
+
 def test_no_results_at_all_still_gives_a_report(tmp_path):
     result = write_report(tmp_path / "nothing", tmp_path / "report")
     readme = (tmp_path / "report" / "README.md").read_text()
@@ -725,7 +783,7 @@ def test_the_flop_ceiling_counts_the_code_as_it_is_not_an_older_runs_heavier_for
     = 1.83x; the largest count (negative control: the old rule) gives 1.63x and called five modes bounded."""
     import pandas as pd
 
-    from shared.tools.report.tables import flop_ceiling
+    from shared.tools.report.ceilings import flop_ceiling
 
     def counted(impl, gflop, created, file):
         return {"impl": impl, "gflop": gflop, "created": created, "file": file}
@@ -745,7 +803,7 @@ def test_every_machines_flop_ceiling_is_the_newest_count_of_any_machine():
     Negative control: that machine's own rows say 2.57x."""
     import pandas as pd
 
-    from shared.tools.report.tables import flop_ceiling, flop_ceilings
+    from shared.tools.report.ceilings import flop_ceiling, flop_ceilings
 
     def counted(machine, impl, gflop, created):
         return {"machine": machine, "model": "luong_general", "task": "train_step", "sweep": "document", "impl": impl,

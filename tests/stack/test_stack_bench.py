@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 
-from shared.tools import bench
+from shared.tools import bench, bench_profiles
 from tests import xla_profile
 
 
 def test_a_smoke_bench_writes_one_result_file_with_every_case(stack, tmp_path):
     name = "torch" if stack.__name__ == "torch_impl" else "tf"
-    path = bench.measure(name, bench.get_profile("smoke"), 1, tmp_path, progress=lambda line: None)
+    path = bench.measure(name, bench_profiles.get_profile("smoke"), 1, tmp_path, progress=lambda line: None)
     record = json.loads(path.read_text())
     environment = record["environment"]
     backend = environment["backend"]  # Keras's (KERAS_BACKEND) for tf; the file and each row's mode name it
@@ -18,8 +18,8 @@ def test_a_smoke_bench_writes_one_result_file_with_every_case(stack, tmp_path):
     assert path.parent.parent == tmp_path and path.name == f"{label}-{environment['device']}-t1-smoke.json"
     assert environment["threads"] == 1 and environment["matmul_gflops"] > 0
     rows = record["rows"]
-    assert len(rows) == len(bench.cases(bench.get_profile("smoke"), name, 1, environment["device"], backend))
-    assert {row["mode"] for row in rows} <= set(bench.STACK_MODES[name])
+    assert len(rows) == len(bench_profiles.cases(bench_profiles.get_profile("smoke"), name, 1, environment["device"], backend))
+    assert {row["mode"] for row in rows} <= set(bench_profiles.STACK_MODES[name])
     assert all(row["mode"].startswith(f"{backend}-") for row in rows) == (name == "tf" and backend != "tensorflow")
     assert all(row["status"] == "ok" for row in rows), [row["error"] for row in rows if row["status"] != "ok"]
     assert all(row["median_ms"] > 0 and row["peak_mem_mb"] > 0 for row in rows)

@@ -35,7 +35,8 @@ def test_xla_merges_the_products_the_listing_repeats():
     """Additive attention's listing projects the values (`W_2`) at each of its ten steps: torch counts ten forward
     products, while TensorFlow's XLA computes one and keeps the ten in the backward. So its compiled count of the
     listing over ours lies below torch's count of the products (6.29x) and above 1."""
-    from shared.tools.bench import document_sizes, synthetic_batch
+    from shared.tools.bench_profiles import document_sizes
+    from shared.verify.fixtures import synthetic_batch
     from tf_impl import bench
     from tf_impl.keras_compat.backends import compiled_products
 

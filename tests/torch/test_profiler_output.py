@@ -29,7 +29,7 @@ def test_the_op_profile_writes_no_profiler_markers_and_keeps_other_lines(capfd):
 
 
 def test_negative_control_the_op_profile_without_its_filter_writes_the_markers(capfd, monkeypatch):
-    monkeypatch.setattr(torch_bench.shared_bench, "native_stderr_filtered", contextlib.nullcontext)  # as it was
+    monkeypatch.setattr(torch_bench.native_stderr, "native_stderr_filtered", contextlib.nullcontext)  # as it was
     torch_bench.op_profile(_step, "eager")
     err = capfd.readouterr().err
     assert "USDT:" in err and "profiler_start" in err and "profiler_stop" in err

@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from shared.tools import bench
+from shared.tools import bench, bench_profiles, bench_results, bench_timing
 from shared.verify.fixtures import synthetic_batch
 from torch_impl import bench as torch_bench
 from torch_impl.models.additive import AdditiveAttention
@@ -17,7 +17,7 @@ from torch_impl.models.additive import AdditiveAttention
 def test_a_compiled_case_counts_its_own_graph_breaks(monkeypatch):
     """luong_general compiled: no break. A break forced into additive attention's step is counted, and the next case
     does not inherit it (negative control). The forced break goes into the model that compiles in seconds: a second
-    luong_general compile took 50 of this test's 101 s."""
+    luong_general compile took half of this test's time (docs/measurements.md)."""
     call, path = _case("luong_general", "compile")
     call()
     # on the CPU Dynamo traces into nn.LSTM (allow_rnn) and the padded sources run as a masked loop: no break
@@ -40,7 +40,7 @@ def test_a_compiled_case_counts_its_own_graph_breaks(monkeypatch):
 
 def _case(name: str, mode: str):
     """A fresh bench case of model `name`'s train step, ours, at the smoke sizes: (its call, its path)."""
-    sizes = bench.small_sizes(bench.document_sizes(name))
+    sizes = bench_profiles.small_sizes(bench_profiles.document_sizes(name))
     torch_bench.start_case("cpu")
     return torch_bench.make_call(name, "train_step", "ours", mode, synthetic_batch(name, sizes), sizes.tgt_len)
 
@@ -70,7 +70,7 @@ def test_negative_control_a_shared_compile_runs_the_second_model_eager_and_the_c
 
 
 def test_the_cuda_graph_mode_alone_on_the_cpu_is_one_clear_error_and_no_file(tmp_path):
-    profile = bench.restrict(bench.get_profile("smoke"), modes=["cudagraph"])
+    profile = bench_profiles.restrict(bench_profiles.get_profile("smoke"), modes=["cudagraph"])
     with pytest.raises(ValueError, match="cudagraph mode runs on a GPU only"):
         bench.measure("torch", profile, 1, tmp_path)
     assert not list(tmp_path.rglob("*"))
@@ -93,7 +93,7 @@ def _killed_after(groups: int):
 
 
 def test_a_killed_bench_keeps_its_finished_groups_and_resume_times_only_the_rest(tmp_path, monkeypatch):
-    profile = bench.get_profile("smoke")
+    profile = bench_profiles.get_profile("smoke")
     with pytest.raises(Killed):
         bench.measure("torch", profile, 1, tmp_path, progress=_killed_after(1))
     partial = next(tmp_path.rglob("*.json.partial"))
@@ -101,19 +101,19 @@ def test_a_killed_bench_keeps_its_finished_groups_and_resume_times_only_the_rest
     kept = json.loads(partial.read_text())["rows"]
     assert [(row["model"], row["impl"]) for row in kept][:2] == [("reverse_bahdanau", "ours"), ("reverse_bahdanau", "as_written")]
     timed = []
-    measure_cases = bench._measure_cases
-    monkeypatch.setattr(bench, "_measure_cases", lambda *args: timed.append(args[2]) or measure_cases(*args))
+    measure_cases = bench_timing.measure_group
+    monkeypatch.setattr(bench_timing, "measure_group", lambda *args: timed.append(args[2]) or measure_cases(*args))
     lines = []
     path = bench.measure("torch", profile, 1, tmp_path, progress=lines.append, resume=True)
     assert lines[0] == f"bench: resuming {partial.name}: {len(kept)} rows kept" and not partial.exists()
     rows = json.loads(path.read_text())["rows"]
-    assert len(rows) == len(bench.cases(profile, "torch", 1)) == len({bench._case_key(row) for row in rows})
+    assert len(rows) == len(bench_profiles.cases(profile, "torch", 1)) == len({bench_results.case_key(row) for row in rows})
     assert all(case.model != "reverse_bahdanau" for group in timed for case in group)  # the kept group was not timed again
     assert [row["median_ms"] for row in rows[:2]] == [row["median_ms"] for row in kept[:2]]
 
 
 def test_negative_control_a_partial_file_of_another_commit_is_refused_and_a_run_without_resume_times_everything(tmp_path):
-    profile = bench.get_profile("smoke")
+    profile = bench_profiles.get_profile("smoke")
     with pytest.raises(Killed):
         bench.measure("torch", profile, 1, tmp_path, progress=_killed_after(1))
     partial = next(tmp_path.rglob("*.json.partial"))
@@ -124,21 +124,21 @@ def test_negative_control_a_partial_file_of_another_commit_is_refused_and_a_run_
     lines = []
     path = bench.measure("torch", profile, 1, tmp_path, progress=lines.append)
     assert not any(line.startswith("bench: resuming") for line in lines) and not partial.exists()
-    assert len(json.loads(path.read_text())["rows"]) == len(bench.cases(profile, "torch", 1))
+    assert len(json.loads(path.read_text())["rows"]) == len(bench_profiles.cases(profile, "torch", 1))
 
 
 def test_a_time_boxed_bench_writes_what_it_timed_and_resume_finishes_it(tmp_path):
-    profile = bench.get_profile("smoke")
+    profile = bench_profiles.get_profile("smoke")
     lines = []
     path = bench.measure("torch", profile, 1, tmp_path, progress=lines.append, time_box_s=1e-9)  # one group, then stop
     record = json.loads(path.read_text())
     assert record["environment"]["stopped"] == "its time box of 1e-09 s ended it after 1 of 3 groups"
     assert [row["model"] for row in record["rows"]] == ["reverse_bahdanau"] * 2 and lines[-1].endswith("--resume continues it")
-    assert bench.partial_path(path).exists()  # kept for --resume
+    assert bench_results.partial_path(path).exists()  # kept for --resume
     path = bench.measure("torch", profile, 1, tmp_path, progress=lines.append, resume=True)  # negative control: no box
     record = json.loads(path.read_text())
-    assert "stopped" not in record["environment"] and len(record["rows"]) == len(bench.cases(profile, "torch", 1))
-    assert not bench.partial_path(path).exists()
+    assert "stopped" not in record["environment"] and len(record["rows"]) == len(bench_profiles.cases(profile, "torch", 1))
+    assert not bench_results.partial_path(path).exists()
 
 
 def test_the_flop_count_sees_the_lstm_layers_torchs_counter_does_not():
@@ -158,8 +158,8 @@ def test_the_flop_count_sees_the_lstm_layers_torchs_counter_does_not():
 
     assert counted(FlopCounterMode(display=False, custom_mapping=torch_bench.RECURRENT_LAYER_FLOPS)) == 3 * forward
     assert counted(FlopCounterMode(display=False)) == 0  # negative control: torch's counter alone
-    sizes = bench.document_sizes("luong_general")
+    sizes = bench_profiles.document_sizes("luong_general")
     arrays = synthetic_batch("luong_general", sizes)
     counts = {impl: torch_bench.count_gflop("luong_general", "train_step", impl, arrays, sizes.tgt_len)
               for impl in ("ours", "as_written")}  # fmt: skip
-    assert 1.5 < counts["as_written"] / counts["ours"] < 1.6  # its LSTMs left out, the count said 2.57
+    assert 1.5 < counts["as_written"] / counts["ours"] < 1.6  # its LSTMs left out, the count said far more

@@ -14,7 +14,8 @@ from shared import catalogue, documents
 from shared.io.atomic import write_atomic
 from shared.tools.report.printing import ordered, setting
 from shared.tools.report.schema import LABELS, MODES, STACKS, Inputs
-from shared.tools.report.tables import in_context, pick_context, select, with_document_point
+from shared.tools.report.selection import in_context, pick_context, select
+from shared.tools.report.tables import with_document_point
 from shared.train import plots
 
 

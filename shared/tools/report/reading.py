@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from shared import catalogue
+from shared.tools.bench_results import SCHEMAS, schema_version, unknown_schema
 from shared.tools.report.printing import ordered, rank_key
 from shared.tools.report.schema import (
     BACKENDS,
@@ -72,10 +73,10 @@ def load_results(results_dir, missing: list[str]):
         if reason:
             missing.append(f"{name}: {reason}")
             continue
-        environment = data["environment"]
+        environment, schema = data["environment"], SCHEMAS[schema_version(data)]
         environments.append({**environment, "file": name})
         for index, row in enumerate(data["rows"]):
-            problem = _row_problem(row)
+            problem = _row_problem(row, schema.ok_row_fields)
             if problem:
                 missing.append(f"{name}, row {index}: {problem}")
             else:
@@ -88,11 +89,12 @@ def load_results(results_dir, missing: list[str]):
 
 
 def _results_file_problem(data) -> str | None:
-    """Why a parsed result file cannot be used, or None."""
+    """Why a parsed result file cannot be used, or None: one of a schema this suite does not read (bench_results.SCHEMAS:
+    a newer bench's) is refused whole, by one line naming the file."""
     if not isinstance(data, dict):
         return "not a JSON object"
-    if data.get("schema", 1) != 1:
-        return f"schema {data['schema']!r} is not 1"
+    if unknown := unknown_schema(schema_version(data)):
+        return unknown
     absent = [key for key in ("environment", "rows") if key not in data]
     if absent:
         return f"lacks {' and '.join(absent)}"
@@ -105,13 +107,15 @@ def _results_file_problem(data) -> str | None:
     return None
 
 
-def _row_problem(row) -> str | None:
-    """Why a benchmark row cannot be used (missing fields, unknown values), or None."""
+def _row_problem(row, ok_row_fields: tuple[str, ...] = ()) -> str | None:
+    """Why a benchmark row cannot be used (missing fields, unknown values), or None. `ok_row_fields`: what its file's
+    schema says every successful row holds, besides ROW_FIELDS and a positive median_ms (bench_results.Schema)."""
     if not isinstance(row, dict):
         return "not a JSON object"
     absent = [name for name in ROW_FIELDS if row.get(name) is None]
-    if row.get("status") == "ok" and not (is_number(row.get("median_ms")) and row["median_ms"] > 0):
-        absent.append("median_ms")
+    if row.get("status") == "ok":
+        timed = is_number(row.get("median_ms")) and row["median_ms"] > 0
+        absent += ([] if timed else ["median_ms"]) + [name for name in ok_row_fields if name not in row]
     if absent:
         return f"missing field(s) {', '.join(absent)}"
     if not isinstance(row["model"], str) or not isinstance(row["dtype"], str):

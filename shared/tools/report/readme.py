@@ -118,7 +118,7 @@ def _gpu_headline(tables: Tables) -> list[str]:
 
 def _speedup_targets(tables: Tables, context: dict) -> str:
     """The sentence naming the models below SPEEDUP_TARGET over as written in the headline's setting although their
-    ceiling after the floor allows it (tables.below_target_table)."""
+    ceiling after the floor allows it (ceilings.below_target_table)."""
     if "headline" not in tables.numeric:
         return ""
     below = tables.numeric.get("speedup_below_target")

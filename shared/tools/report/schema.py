@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from shared import catalogue, stacks
-from shared.tools.bench import ALL_MODES, STACK_MODES
+from shared.tools.bench_profiles import ALL_MODES, STACK_MODES
 
 STACKS, LABELS = stacks.STACKS, stacks.LABELS
 MODES = STACK_MODES
@@ -19,7 +19,7 @@ CHOICES = {
     "impl": ("ours", "as_written"),
     "task": TASKS,
     "device": ("cpu", "gpu"),
-    "sweep": ("document", "seq_len", "batch", "floor"),  # floor: the step at 1x2x2, the framework's fixed cost
+    "sweep": ("document", "seq_len", "batch", "floor"),  # floor: the step at batch 1, the framework's fixed cost
     "status": ("ok", "failed"),
 }
 SIZES = ("batch", "src_len", "tgt_len")
@@ -30,8 +30,8 @@ NUMBER_FIELDS = ("median_ms", "q25_ms", "q75_ms", "min_ms", "repeats", "calls_pe
                  "product_ms", "other_ms", "product_ops",
                  "paired_speedup", "paired_speedup_q25", "paired_speedup_q75")  # fmt: skip
 FILE_FIELDS = ("machine", "profile", "matmul_gflops", "created", "commit", "file")  # taken from the row's file
-# what a row says of its own measurement: why it is disturbed ("" when it is not, None in files before the load was
-# measured) and which path ran (shared.tools.bench's `path`, as text)
+# what a row says of its own measurement: why it is disturbed ("" when it is not, None in a row without the load
+# probes' `others_busy`: a schema-1 file's older rows) and which path ran (the bench's `path`, as text)
 RUN_NOTES = ("disturbed", "ran")
 COLUMNS = (*ROW_FIELDS, *NUMBER_FIELDS, "error", *RUN_NOTES, *FILE_FIELDS)
 RUN_KEY = [name for name in COLUMNS if name not in (*NUMBER_FIELDS, "status", "error", *RUN_NOTES, *FILE_FIELDS[1:])]
