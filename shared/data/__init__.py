@@ -23,7 +23,7 @@ import os
 from pathlib import Path
 
 from shared.core import moved
-from shared.data import parallel
+from shared.data import parallel, parallel_options
 from shared.data.corpora import CORPUS_FILE, DATASETS, OWN_CORPUS, Corpus
 from shared.data.readers import read_multi30k, read_spa_eng, read_spa_eng_2022, reverse_corpus
 
@@ -39,8 +39,8 @@ OPTIONS = {
     "spa_eng": {"num_examples": 30_000, "val_fraction": 0.2, "seed": 0},
     # the 2022 tutorial: all lines, np.random.uniform(size=N) < 0.8, unseeded; TextVectorization(max_tokens=5000)
     "spa_eng_2022": {"max_vocab_size": 5000, "val_fraction": 0.2, "seed": 0},
-    # a folder of your own (shared.data.parallel): path, langs and the model's specials (parallel.layout) are needed
-    OWN_CORPUS: parallel.OPTIONS,
+    # a folder of your own (shared.data.parallel): path, langs and the model's specials (parallel_options.layout) are needed
+    OWN_CORPUS: parallel_options.OPTIONS,
 }
 
 
@@ -84,11 +84,11 @@ def load_corpus(
     unknown = sorted(set(options) - set(OPTIONS[dataset]))
     if unknown:
         raise ValueError(f"dataset {dataset!r} takes no option {', '.join(unknown)}; it takes: {', '.join(OPTIONS[dataset])}")
-    options = parallel.normalize(options) if dataset == OWN_CORPUS else {**OPTIONS[dataset], **options}
+    options = parallel_options.normalize(options) if dataset == OWN_CORPUS else {**OPTIONS[dataset], **options}
     if cache_dir is not None and (Path(cache_dir) / CORPUS_FILE).is_file():
         corpus = Corpus.load(cache_dir)
         if dataset == OWN_CORPUS:
-            parallel.check_saved(corpus, options, cache_dir)
+            parallel_options.check_saved(corpus, options, cache_dir)
         elif (corpus.name, corpus.options) != (dataset, options):
             raise ValueError(
                 f"the corpus saved in {cache_dir} is {corpus.name} with {corpus.options}, not {dataset} with {options}; "

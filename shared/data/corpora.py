@@ -3,8 +3,8 @@ JSON so a machine without spaCy can train on it), and `batches`, padded and buck
 `src_len [B]`, `tgt_in [B, T]`, `tgt_out [B, T]`, int64.
 
 Sequences are stored flat (`Sequences`: one int32 id array and the offsets), so a corpus of millions of sentence
-pairs costs 4 bytes a token and 8 a sentence, not a numpy array (~100 bytes of overhead) per sentence; `batches`
-builds each padded batch only when it is read."""
+pairs costs 4 bytes a token and 8 a sentence, not a numpy array (an object's overhead) per sentence; `batches`
+builds each padded batch only when it is read (the memory it saves: docs/measurements.md)."""
 
 from __future__ import annotations
 
@@ -365,8 +365,8 @@ class Corpus:
 
 
 def _save_npz(path: Path, arrays: dict) -> None:
-    """np.savez_compressed's npz (one `.npy` member per array, deflated), at zlib's fastest level: a corpus of millions
-    of sentences saves in seconds, not a minute, for a file about 10% larger."""
+    """np.savez_compressed's npz (one `.npy` member per array, deflated), at zlib's fastest level: chosen because a large
+    corpus saves many times faster for a slightly larger file (docs/measurements.md)."""
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as archive:
         for key, array in arrays.items():
             with archive.open(f"{key}.npy", "w", force_zip64=True) as member:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from shared import catalogue, data, documents, stacks
 from shared.core import optimizer_state, validation
-from shared.data import corpora, parallel
+from shared.data import corpora, parallel_options
 from shared.failures import shown
 from shared.io import locks, safetensors_io
 from shared.io.atomic import write_atomic
@@ -117,7 +117,7 @@ def create_run(run_dir, model: str, data_dir=None, overrides: dict | None = None
     run_dir, defaults = Path(run_dir), document_defaults(model)
     dataset = dataset or documents.dataset_for_model(model)
     if dataset == corpora.OWN_CORPUS:  # the specials of this model's catalogue entry (a model of no real data: refused)
-        corpus_options = {**(corpus_options or {}), **parallel.layout(model)}
+        corpus_options = {**(corpus_options or {}), **parallel_options.layout(model)}
     cache = run_dir / CORPUS_DIR
     saved = (cache / corpora.CORPUS_FILE).is_file()
     corpus = data.load_corpus(dataset, data_dir, cache_dir=cache if saved else None, progress=progress, **(corpus_options or {}))

@@ -38,8 +38,7 @@ class FakeStack:
 def machine(monkeypatch):
     """A machine of 2 CPU cores and no GPU, where torch's ranks and the stacks' processes are recorded, not started."""
     fake, children = FakeStack(), []
-    monkeypatch.setattr(cli, "import_module", lambda stack, module: fake)
-    monkeypatch.setattr(stacks, "import_module", lambda stack, module: fake)  # the runner's own check
+    monkeypatch.setattr(stacks, "import_module", lambda stack, module: fake)  # the command's and the runner's checks
     monkeypatch.setattr(subprocess, "call", lambda command: children.append(command) or 0)
     monkeypatch.setattr(runner, "usable_cores", lambda: 2)
     fake.children = children

@@ -17,7 +17,7 @@ import pytest
 
 from shared import catalogue, data
 from shared.cli import main as rosetta
-from shared.data import corpora, parallel
+from shared.data import corpora, parallel, parallel_options, text_files
 from shared.data.vocab import TORCHTEXT_SPECIALS, build_vocab
 from shared.train import evaluation, runs
 
@@ -51,7 +51,7 @@ def make_corpus(folder, end: str = "", test: bool = True, val_stem: str = "valid
 
 def read(folder, model: str = "luong_general", **options):
     options = {"tokenizer": "whitespace", "min_freq": 1, **options}
-    return data.load_corpus("corpus", path=folder, langs="de,en", **options, **parallel.layout(model))
+    return data.load_corpus("corpus", path=folder, langs="de,en", **options, **parallel_options.layout(model))
 
 
 # ---------------------------------------------------------------- reading
@@ -116,9 +116,9 @@ def test_negative_control_another_layout_or_a_model_of_no_text_is_refused(tmp_pa
     with pytest.raises(ValueError, match="'reverse_bahdanau' trains on reverse, not on sentence pairs"):
         torchtext.vocab_overrides("reverse_bahdanau")
     with pytest.raises(ValueError, match="'reverse_bahdanau' trains on the synthetic reverse task.*--corpus trains .*luong_dot"):
-        parallel.layout("reverse_bahdanau")
+        parallel_options.layout("reverse_bahdanau")
     with pytest.raises(ValueError, match="'additive_attention' trains on no data"):
-        parallel.layout("additive_attention")
+        parallel_options.layout("additive_attention")
     multi30k_like = corpora.Corpus("multi30k", torchtext.src_vocab, torchtext.tgt_vocab, torchtext.special_ids, torchtext.splits)
     assert multi30k_like.vocab_overrides("luong_general")  # the control: the same ids under the document's name
 
@@ -158,7 +158,7 @@ def test_spacy_corpus_and_translation_tokens(tmp_path):
 def test_progress_without_tqdm_prints_every_ten_percent_and_a_summary(tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(__import__("sys").modules, "tqdm", None)  # `from tqdm import tqdm` raises ImportError
     data.load_corpus("corpus", path=make_corpus(tmp_path / "c"), langs="de,en", tokenizer="whitespace", min_freq=1,
-                     progress=True, **parallel.layout("luong_general"))  # fmt: skip
+                     progress=True, **parallel_options.layout("luong_general"))  # fmt: skip
     err = capsys.readouterr().err
     assert "reading " in err and ": 100% of" in err
     assert "pairs train 5, val 2, test 2; vocabularies 17 / 17 tokens; unknown in val: src 12.5%, tgt 12.5%" in err
@@ -311,7 +311,7 @@ def test_lf_crlf_and_an_old_macs_cr_line_ends_read_alike(tmp_path, end, monkeypa
         assert corpus.src_vocab == lf.src_vocab and corpus.references == lf.references, name
         for split, sides in corpus.splits.items():
             assert all(np.array_equal(mine.ids, theirs.ids) for mine, theirs in zip(sides, lf.splits[split], strict=True))
-    monkeypatch.setattr(parallel, "_separator", lambda chunks, limit: (b"\n", []))  # the naive reader: LF only
+    monkeypatch.setattr(text_files, "_separator", lambda chunks, limit: (b"\n", []))  # the naive reader: LF only
     assert len(read(make_corpus(tmp_path / "naive", end, line_end="\r", repeat=8)).splits["train"][0]) == 1
 
 
@@ -326,24 +326,24 @@ def test_a_cr_inside_a_line_of_an_lf_file_stays_in_it(tmp_path):
     cases = {(b"a\rb\nc",): b"\n", (b"a\rb\r",): b"\r", (b"a\r\nb\r\n",): b"\n", (b"a\rb\rc\nd\r",): b"\r", (b"ab",): b"\n",
              (b"ab", b"c\r"): b"\r", (b"ab", b"c\n"): b"\n"}  # fmt: skip
     for chunks, separator in cases.items():
-        assert parallel._separator(iter(chunks), 100) == (separator, list(chunks)), chunks
+        assert text_files._separator(iter(chunks), 100) == (separator, list(chunks)), chunks
 
 
 def test_a_line_past_the_limit_names_its_file_and_line_and_the_variable_raises_it(tmp_path, monkeypatch):
     folder = make_corpus(tmp_path / "c")
-    monkeypatch.delenv(parallel.MAX_LINE_VARIABLE, raising=False)
+    monkeypatch.delenv(text_files.MAX_LINE_VARIABLE, raising=False)
     long_line = "wort " * 20_000  # 100,000 bytes
     write(folder / "train.de", [*GERMAN[:3], long_line, GERMAN[4]])
     message = f"{folder / 'train.de'}, line 4: longer than 65,536 bytes, the longest line a corpus file may hold"
     with pytest.raises(ValueError, match=f"^{re.escape(message)} .* raise the limit with ROSETTA_MAX_LINE_BYTES=BYTES$"):
         read(folder)
-    monkeypatch.setenv(parallel.MAX_LINE_VARIABLE, "100000")  # raised knowingly: the line is read (negative control)
+    monkeypatch.setenv(text_files.MAX_LINE_VARIABLE, "100000")  # raised knowingly: the line is read (negative control)
     assert read(folder).splits["train"][0].lengths.tolist() == [6, 6, 7, 20_002, 6]
-    monkeypatch.setenv(parallel.MAX_LINE_VARIABLE, "99999")  # one byte short
+    monkeypatch.setenv(text_files.MAX_LINE_VARIABLE, "99999")  # one byte short
     with pytest.raises(ValueError, match="train.de, line 4: longer than 99,999 bytes"):
         read(folder)
     for bad in ("lots", "0", "-5"):
-        monkeypatch.setenv(parallel.MAX_LINE_VARIABLE, bad)
+        monkeypatch.setenv(text_files.MAX_LINE_VARIABLE, bad)
         with pytest.raises(ValueError, match=f"^ROSETTA_MAX_LINE_BYTES='{bad}': the longest line of a corpus file is a number"):
             read(folder)
 
@@ -369,11 +369,11 @@ def test_a_file_without_line_ends_is_refused_holding_no_more_than_a_chunk(tmp_pa
             tracemalloc.stop()
         return peak_bytes, error
 
-    monkeypatch.delenv(parallel.MAX_LINE_VARIABLE, raising=False)
+    monkeypatch.delenv(text_files.MAX_LINE_VARIABLE, raising=False)
     guarded, error = peak()
     assert str(error).startswith(f"{folder / f'train.de{end}'}, line 1: longer than 65,536 bytes")
     assert guarded < size / 2, f"{guarded:,} bytes held to refuse a {size:,}-byte line"
-    monkeypatch.setenv(parallel.MAX_LINE_VARIABLE, str(2 * size))
+    monkeypatch.setenv(text_files.MAX_LINE_VARIABLE, str(2 * size))
     naive, error = peak()
     assert error is None and naive > size, f"{naive:,} bytes held to read a {size:,}-byte line"
 
@@ -397,7 +397,7 @@ def test_a_utf16_or_utf32_file_is_named_with_the_iconv_that_converts_it(tmp_path
     message += f"iconv -f {named} -t utf-8"
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         read(folder)
-    monkeypatch.setattr(parallel, "_wide_encoding", lambda head: None)
+    monkeypatch.setattr(text_files, "_wide_encoding", lambda head: None)
     with pytest.raises(ValueError) as naive:
         read(folder)
     assert f"iconv -f {named} " not in str(naive.value)
@@ -425,7 +425,7 @@ def test_a_resume_naming_the_corpus_refuses_a_file_changed_since_the_run_read_it
         "differs): the run trains on the copy it read; put the file back as it was, or train the changed corpus in "
         "another --run-dir"
     )
-    monkeypatch.setattr(parallel, "_check_files", lambda *args: None)
+    monkeypatch.setattr(parallel_options, "_check_files", lambda *args: None)
     assert rosetta([*argv, "--resume"]) == 0
 
 
@@ -473,7 +473,7 @@ def test_missing_or_ambiguous_files_say_what_was_looked_for(tmp_path):
 )
 def test_malformed_langs_are_refused(langs, message):
     with pytest.raises(ValueError, match=message):
-        parallel.parse_langs(langs)
+        parallel_options.parse_langs(langs)
 
 
 def test_bad_options_are_refused(tmp_path):
@@ -485,11 +485,11 @@ def test_bad_options_are_refused(tmp_path):
     with pytest.raises(ValueError, match="--min-freq 9 leaves no word in the de vocabulary: .* seen 5 times"):
         read(folder, min_freq=9)
     with pytest.raises(ValueError, match="an own corpus takes no option seed"):
-        parallel.read_corpus(path=folder, langs="de,en", seed=1, **parallel.layout("luong_general"))
+        parallel.read_corpus(path=folder, langs="de,en", seed=1, **parallel_options.layout("luong_general"))
     with pytest.raises(ValueError, match="needs the model's special tokens"):
         data.load_corpus("corpus", path=folder, langs="de,en")
     with pytest.raises(ValueError, match="needs its folder and languages: --corpus DIR --langs SRC,TGT"):
-        data.load_corpus("corpus", langs="de,en", **parallel.layout("luong_general"))
+        data.load_corpus("corpus", langs="de,en", **parallel_options.layout("luong_general"))
 
 
 def test_a_refused_corpus_leaves_no_run_folder(tmp_path):
