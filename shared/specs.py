@@ -1,11 +1,35 @@
-"""The plain records other modules share and nothing else: what a training run does (TrainSpec), a run folder's
-settings (RunConfig, its run.json) and a batch's shape (Sizes). No imports of the suite: every module may
-depend on this one."""
+"""The plain records other modules share and nothing else: the stacks' names (the one registry of them: their
+packages and labels; the stack modules themselves are reached through shared/stacks.py), what a training run does
+(TrainSpec), a run folder's settings (RunConfig, its run.json) and a batch's shape (Sizes). No imports of the suite:
+every module may depend on this one, the stacks' included."""
 
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
+
+STACKS = ("torch", "tf")  # import order: torch before TensorFlow (one process may hold both)
+PACKAGES = {"torch": "torch_impl", "tf": "tf_impl"}
+FRAMEWORKS = {"torch": "torch", "tf": "tensorflow"}  # the framework each stack's files need installed
+LABELS = {"torch": "torch", "tf": "TF"}  # as tables and figures print them
+HOST_DEVICES_FLAG = "--xla_force_host_platform_device_count"  # XLA: split the host CPU into N devices
+
+
+def check_stack(stack: str) -> str:
+    """`stack` if it is one; ValueError naming the known ones otherwise."""
+    if stack not in STACKS:
+        raise ValueError(f"unknown stack {stack!r}; known: {', '.join(STACKS)}")
+    return stack
+
+
+def host_devices_environment(devices: int) -> dict[str, str]:
+    """Environment variables that give a new process `devices` CPU devices on Keras's JAX backend (XLA's host device
+    count, read once, when JAX is imported; any XLA_FLAGS already set are kept). TensorFlow splits its CPU in the
+    process (tf_impl.keras_compat.distributed.split_cpu); torch has no such thing (ranks are processes)."""
+    flags = [flag for flag in os.environ.get("XLA_FLAGS", "").split() if not flag.startswith(HOST_DEVICES_FLAG)]
+    return {"XLA_FLAGS": " ".join([*flags, f"{HOST_DEVICES_FLAG}={int(devices)}"])}
+
 
 RUN_FORMAT = "rosetta-run/1"
 

@@ -9,18 +9,14 @@ our model (our layers carry the tutorial's attribute names: `encoder/gru/cell/ke
 every path matches: every model variable restored, every stored variable used once, shapes equal;
 otherwise one ValueError lists the missing, unexpected and mis-shaped paths, and nothing is changed.
 
-The names, as observed (TF 2.21; Keras 2 is tf_keras 2.21 under TF_USE_LEGACY_KERAS=1):
-
+The names (TF 2.21; Keras 2 is tf_keras 2.21 under TF_USE_LEGACY_KERAS=1):
     layer       Keras 2                                  Keras 3
     Embedding   embedding/embeddings                     embedding/_embeddings
     Dense       fc/kernel, fc/bias                       fc/_kernel, fc/bias
     GRU         gru/cell/kernel|recurrent_kernel|bias    the same (Keras 2 adds an empty `gru/state_spec` node)
-
 Paths are normalised and found as tf_impl/object_graph.py says (Keras 3's `fc/_kernel` is Keras 2's `fc/kernel`).
 
-Adam's state, three layouts (`read(..., with_optimizer=True)` returns it in the canonical layout of
-shared.verify.training, as tf_impl.train.adam_state does):
-
+Adam's state, three layouts (`read(..., with_optimizer=True)` returns it canonical, as tf_impl.files.adam_state does):
     Keras 2, TF <= 2.10 (later `tf.keras.optimizers.legacy.Adam`): `optimizer/iter`, `beta_1`, `beta_2`,
         `decay`, `learning_rate`, and the moments as *slot variables* `m` and `v` of each model variable:
         the graph pairs them.
@@ -32,9 +28,8 @@ shared.verify.training, as tf_impl.train.adam_state does):
         shape (W1 and W2 share theirs), so `with_optimizer` refuses it; the weights load.
 
 Keras 3 `.weights.h5` files (`encoder.save_weights('encoder.weights.h5')`) are read too: a part into its
-sublayer, a whole model as tf_impl.train.load_native does, after the same strict check of their datasets.
-
-SavedModel folders (`tf.saved_model.save(obj, folder)`: `saved_model.pb`, `variables/`) are read through their
+sublayer, a whole model as tf_impl.files.load_native does, after the same strict check of their datasets. SavedModel
+folders (`tf.saved_model.save(obj, folder)`: `saved_model.pb`, `variables/`) are read through their
 checkpoint `variables/variables`, whose object graph is `obj`'s: the model at the root, or under one name
 (TensorFlow's 2022 NMT tutorial exports `Export(model)`: `model/encoder/...`). What such a file keeps beside
 variables (the tutorial's TextVectorization layers keep lookup tables: `table-keys`, `table-values`) is no
@@ -59,8 +54,8 @@ from shared.core import moved
 from shared.core.canonical import RULES, join_key
 from shared.core.optimizer_state import MOMENTS, check_optimizer_state
 from shared.io import atomic
+from tf_impl.files import NATIVE_SUFFIX, h5_shapes, load_adam_state, load_native, save_native, weights_owner, write_shapes
 from tf_impl.object_graph import STEP_NAMES, Stored, first_line, normalise
-from tf_impl.train import NATIVE_SUFFIX, _weights_owner, load_adam_state, load_native
 from tf_impl.weights import get_grads, leaves
 
 __getattr__ = moved.getattr_for(__name__)  # the object graph's names that moved to object_graph.py warn
@@ -220,11 +215,27 @@ def canonical_shapes(source, model) -> dict[str, tuple]:
     return shapes
 
 
+def structure_shapes(held: Mapping[str, tuple], structure) -> tuple[dict[str, tuple], list[str]]:
+    """The canonical shapes of arrays of `held` shapes (Keras weights paths) read into `structure`, a model built at
+    fixture sizes, and the paths in `held` or in `structure`'s own weights file but not both. The shapes are written
+    to an empty `.weights.h5` file (HDF5 allocates a dataset at its first write: nothing is), which
+    tf_impl.checkpoints reads as that model's weights file."""
+    prefix = "" if hasattr(structure, "save_weights") else "layer/"  # a bare layer's weights file nests it in a Model
+    held = {prefix + key: shape for key, shape in held.items()}
+    with tempfile.TemporaryDirectory() as folder:
+        skeleton, own = Path(folder) / "shapes.weights.h5", Path(folder) / "own.weights.h5"
+        save_native(structure, own)
+        write_shapes(skeleton, held)
+        shapes = canonical_shapes(skeleton, structure)
+        differ = sorted(set(held) ^ set(h5_shapes(own)))
+    return shapes, differ
+
+
 def _h5_names(model) -> dict[int, str]:
     """id(variable) -> the dataset a whole model's `.weights.h5` file keeps it in (`decoder/rnn/cell/vars/1`):
     Keras names datasets by position, so each floating-point variable is saved holding its own number, and
     found again by it (the values are put back after)."""
-    owner = _weights_owner(model)
+    owner = weights_owner(model)
     variables = [v for v in owner.weights if np.dtype(keras.backend.standardize_dtype(v.dtype)).kind == "f" and np.prod(v.shape)]
     kept = [np.asarray(variable.numpy()) for variable in variables]
     try:
@@ -387,11 +398,11 @@ def _h5_layout(layer) -> dict[str, tuple]:
 
 
 def _read_h5(source, model, with_optimizer: bool) -> dict | None:
-    """A whole model's `.weights.h5` file (loaded by tf_impl.train.load_native), or refused naming the part it holds."""
+    """A whole model's `.weights.h5` file (loaded by tf_impl.files.load_native), or refused naming the part it holds."""
     datasets = _h5_datasets(source)
     if not set(_top_names(datasets)) & set(parts(model)):
         _refuse_one_part(str(source), list(datasets), model, _h5_layout)
-    _refuse(_misfit(_h5_layout(_weights_owner(model)), datasets, "datasets"), str(source), model)
+    _refuse(_misfit(_h5_layout(weights_owner(model)), datasets, "datasets"), str(source), model)
     return load_native(model, source, with_optimizer)
 
 

@@ -1,4 +1,4 @@
-"""A Keras model's weight-owning layers as shared.port.conversion leaves (stack-specific: the torch side is
+"""A Keras model's weight-owning layers as shared.core.leaves leaves (stack-specific: the torch side is
 torch_impl/conversion.py); running a model on a verification batch; its float64 copy.
 
 Each leaf converts between its Keras variables and the canonical (torch) layout through the leaf rules of
@@ -17,9 +17,8 @@ import numpy as np
 from keras.src.models.functional import Functional
 
 from shared.core.canonical import RULES
-from shared.io.atomic import contained_temporaries
-from shared.port.conversion import Leaf, map_inputs, positional, shortest_paths, state_block_facts
-from tf_impl.keras_compat.backends import all_layers, check_dtype, exact_float64, float64_policy
+from shared.core.leaves import Leaf, map_inputs, positional, shortest_paths, state_block_facts
+from tf_impl.keras_compat.backends import check_dtype, exact_float64, float64_policy
 from tf_impl.keras_compat.layers import TorchLSTM, TorchLSTMCell, TorchRNNCell
 from tf_impl.weights import attention_variables, present
 
@@ -175,7 +174,7 @@ def _loop_facts(layer) -> dict:
 
 def _simple(layer) -> tuple[str, dict, dict] | None:
     """(kind, {Keras name: variable}, facts) of a Dense, Embedding, LayerNormalization, MultiHeadAttention or
-    Conv1D; the facts: the options of shared.port.conversion.OPTIONS the layer fixes."""
+    Conv1D; the facts: the options of shared.port.pairing.OPTIONS the layer fixes."""
     if isinstance(layer, keras.layers.Dense):
         return "linear", present(kernel=layer.kernel, bias=layer.bias), {"bias": layer.bias is not None}
     if isinstance(layer, keras.layers.Embedding):
@@ -314,7 +313,7 @@ def numpy(value) -> np.ndarray:
     return np.asarray(keras.ops.convert_to_numpy(value))
 
 
-# ---- the user's model and its files (rosetta port --keras-model) ----
+# ---- the user's model (rosetta port --keras-model; its files: tf_impl/files.py) ----
 
 
 def build(factory, dtype: str, inputs=None):
@@ -346,36 +345,3 @@ def float64_twin(model, factory=None, inputs=None):
         return None
     twin.set_weights([np.asarray(weight, np.float64) for weight in model.get_weights()])
     return twin
-
-
-def load_file(model, path, fmt: str, factory=None, inputs=None):
-    """A `.keras` file's model (safe mode: no code runs; `model` unused), or `model` holding a
-    `.weights.h5` file's weights."""
-    from tf_impl.train import load_native
-
-    if fmt == "keras":
-        try:
-            with contained_temporaries():  # a refused archive (a zip bomb) leaves Keras's temporary folder behind
-                return keras.saving.load_model(path, safe_mode=True)
-        except Exception as error:  # noqa: BLE001 (Keras raises many kinds for a bad or unknown file)
-            raise ValueError(f"{path}: not a loadable Keras model ({type(error).__name__}: {error}); is the module "
-                             "defining its classes imported by --keras-model?") from None  # fmt: skip
-    load_native(model, path)
-    return model
-
-
-def save_file(model, path, fmt: str) -> None:
-    """`model` as a `.keras` file (its config must serialize) or its weights as `.weights.h5`, atomically."""
-    from tf_impl.train import save_keras, save_native
-
-    if fmt == "keras_weights":
-        save_native(model, path)
-        return
-    code = [layer.name for layer in all_layers(model) if isinstance(layer, keras.layers.Lambda)]
-    if code:
-        raise ValueError(f"your Keras model holds Lambda layers ({', '.join(code)}): a .keras file would keep their Python "
-                         "bytecode, which Keras loads only with safe_mode=False; write .weights.h5 instead")  # fmt: skip
-    try:
-        save_keras(model, path)
-    except (TypeError, NotImplementedError) as error:
-        raise ValueError(f"your Keras model cannot be saved whole as .keras ({error}); write .weights.h5 instead") from None

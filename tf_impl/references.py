@@ -12,14 +12,15 @@ import shutil
 import tempfile
 from pathlib import Path
 
-import keras
 import numpy as np
 import tensorflow as tf
 
-from shared.port.port_files import is_saved_model
-from shared.port.references import Reference
+from shared.core import moved
+from shared.core.reference_runs import Reference
+from shared.io.sources import is_saved_model
 from tf_impl.keras_compat.backends import exact_float64, float64_policy  # tf_impl.references.float64_policy: as before
 from tf_impl.object_graph import SAVED_MODEL_VARIABLES, resolve
+from tf_impl.tutorials import nmt_2020
 
 # what a key map may name (`"reference"`, `"runner"`): a key map is data, passed around like a checkpoint
 SHIPPED = ("tf_nmt_2020", "tf_nmt_2021", "run_tf_nmt", "tf_nmt_2022", "run_tf_nmt_2022")
@@ -120,91 +121,22 @@ def _widened_h5(path: Path, copy: Path) -> Path:
 def keras_file_reference(path: Path, name: str) -> Reference:
     """A `.keras` source's model as Keras loads it (its own config and weights), run through the contract."""
     import tf_impl
-    from shared.port.verification import traced
-    from tf_impl.train import load_keras
+    from shared.core.reference_runs import traced
+    from tf_impl.files import load_keras
 
     model, _ = load_keras(path)
     return Reference(f"the model Keras loads from {path}", "float32", lambda batch: traced(tf_impl, model, name, batch))
 
 
-# ---- TensorFlow's NMT-with-attention tutorial, the model the tf-nmt presets port ----
+# ---- TensorFlow's NMT-with-attention tutorial (tf_impl/tutorials/nmt_2020.py), the model the tf-nmt presets port ----
 
 
-class NmtEncoder(keras.Model):
-    """The tutorial's `Encoder(vocab_size, embedding_dim, enc_units, batch_sz)`: Embedding, GRU."""
-
-    def __init__(self, vocab_size: int, embedding_dim: int, enc_units: int, batch_sz: int):
-        super().__init__()
-        self.batch_sz = batch_sz
-        self.enc_units = enc_units
-        self.embedding = keras.layers.Embedding(vocab_size, embedding_dim)
-        self.gru = keras.layers.GRU(enc_units, return_sequences=True, return_state=True, recurrent_initializer="glorot_uniform")
-
-    def call(self, x, hidden):
-        x = self.embedding(x)  # [B, S, E]
-        output, state = self.gru(x, initial_state=hidden)  # [B, S, H], [B, H]
-        return output, state
-
-
-class NmtAttention(keras.layers.Layer):
-    """The tutorial's `BahdanauAttention(units)`: `V(tanh(W1(values) + W2(query)))` until February 2020,
-    `V(tanh(W1(query) + W2(values)))` after (`w1_on_query`)."""
-
-    def __init__(self, units: int, w1_on_query: bool):
-        super().__init__()
-        self.w1_on_query = w1_on_query
-        self.W1 = keras.layers.Dense(units)
-        self.W2 = keras.layers.Dense(units)
-        self.V = keras.layers.Dense(1)
-
-    def call(self, query, values):
-        query_with_time_axis = tf.expand_dims(query, 1)  # [B, 1, H]
-        if self.w1_on_query:
-            inner = self.W1(query_with_time_axis) + self.W2(values)  # [B, S, H]
-        else:
-            inner = self.W1(values) + self.W2(query_with_time_axis)  # [B, S, H]
-        attention_weights = tf.nn.softmax(self.V(tf.nn.tanh(inner)), axis=1)  # [B, S, 1]
-        context_vector = tf.reduce_sum(attention_weights * values, axis=1)  # [B, H]
-        return context_vector, attention_weights
-
-
-class NmtDecoder(keras.Model):
-    """The tutorial's `Decoder(vocab_size, embedding_dim, dec_units, batch_sz)`: attention, Embedding, GRU
-    (called without `initial_state`, as the tutorial does), Dense."""
-
-    def __init__(self, vocab_size: int, embedding_dim: int, dec_units: int, batch_sz: int, w1_on_query: bool):
-        super().__init__()
-        self.batch_sz = batch_sz
-        self.dec_units = dec_units
-        self.embedding = keras.layers.Embedding(vocab_size, embedding_dim)
-        self.gru = keras.layers.GRU(dec_units, return_sequences=True, return_state=True, recurrent_initializer="glorot_uniform")
-        self.fc = keras.layers.Dense(vocab_size)
-        self.attention = NmtAttention(dec_units, w1_on_query)
-
-    def call(self, x, hidden, enc_output):
-        context_vector, attention_weights = self.attention(hidden, enc_output)  # [B, H], [B, S, 1]
-        x = self.embedding(x)  # [B, 1, E]
-        x = tf.concat([tf.expand_dims(context_vector, 1), x], axis=-1)  # [B, 1, H + E]
-        output, state = self.gru(x)  # [B, 1, H], [B, H]
-        output = tf.reshape(output, (-1, output.shape[2]))  # [B, H]
-        return self.fc(output), state, attention_weights
-
-
-class NmtParts(keras.Model):
-    """The tutorial's `tf.train.Checkpoint(encoder=encoder, decoder=decoder)` as one object: its two parts."""
-
-    def __init__(self, encoder: NmtEncoder, decoder: NmtDecoder):
-        super().__init__()
-        self.encoder = encoder
-        self.decoder = decoder
-
-
-def _nmt(path: str, w1_on_query: bool) -> NmtParts:
+def _nmt(path: str, w1_on_query: bool) -> nmt_2020.NmtParts:
     """The tutorial's model at the sizes the checkpoint shows, its variables created by one call, then the
     checkpoint read into it through the object graph (tf_impl.checkpoints: Keras 2 and Keras 3 files alike)."""
     import tf_impl
     from shared import catalogue
-    from shared.port.port_files import source_parts
+    from shared.io.sources import source_parts
     from tf_impl import checkpoints
 
     source = source_parts(path) or path
@@ -214,7 +146,8 @@ def _nmt(path: str, w1_on_query: bool) -> NmtParts:
     vocab_inp, vocab_tar, embedding, units = (
         sizes[key] for key in ("vocab_inp_size", "vocab_tar_size", "embedding_dim", "units")
     )
-    parts = NmtParts(NmtEncoder(vocab_inp, embedding, units, 1), NmtDecoder(vocab_tar, embedding, units, 1, w1_on_query))
+    encoder = nmt_2020.NmtEncoder(vocab_inp, embedding, units, 1)
+    parts = nmt_2020.NmtParts(encoder, nmt_2020.NmtDecoder(vocab_tar, embedding, units, 1, w1_on_query))
     run_tf_nmt(parts, {"src": np.zeros((1, 2), np.int64), "tgt_in": np.zeros((1, 1), np.int64)})
     checkpoints.read(source, parts)
     return parts
@@ -233,12 +166,12 @@ def _h5_part_sizes(source) -> dict:
     return {"vocab_inp_size": vocab_inp, "vocab_tar_size": vocab_tar, "embedding_dim": embedding, "units": units}
 
 
-def tf_nmt_2020(path) -> NmtParts:
+def tf_nmt_2020(path) -> nmt_2020.NmtParts:
     """The 2019 to February 2020 tutorial (W1 on the values) holding the checkpoint at `path`."""
     return _nmt(str(path), w1_on_query=False)
 
 
-def tf_nmt_2021(path) -> NmtParts:
+def tf_nmt_2021(path) -> nmt_2020.NmtParts:
     """The February 2020 to May 2021 tutorial (W1 on the query) holding the checkpoint at `path`."""
     return _nmt(str(path), w1_on_query=True)
 
@@ -291,8 +224,8 @@ def _restore(path: str, model) -> None:
 def run_tf_nmt_2022(model, batch: dict) -> dict[str, np.ndarray]:
     """The 2022 tutorial's `logits = model((context, target_in))`, teacher forced, with what it keeps: the
     attention averaged over its head (`decoder.last_attention_weights`) and the encoder's output."""
+    from shared.core.reference_runs import ATTENTION_WEIGHTS, LOGITS
     from shared.core.taps import ENCODER_OUTPUTS
-    from shared.port.references import ATTENTION_WEIGHTS, LOGITS
 
     src, tgt_in = tf.constant(batch["src"]), tf.constant(batch["tgt_in"])
     logits = model((src, tgt_in))  # [B, T, V]
@@ -322,8 +255,8 @@ def _parts_of(model) -> tuple:
 def run_tf_nmt(model, batch: dict) -> dict[str, np.ndarray]:
     """The tutorial's `train_step` forward, teacher forced: the encoder from a zero state, then the decoder step
     by step from the encoder's state, fed `tgt_in`; encoder outputs and state, attention weights, logits."""
+    from shared.core.reference_runs import ATTENTION_WEIGHTS, LOGITS
     from shared.core.taps import ENCODER_OUTPUTS, ENCODER_STATE
-    from shared.port.references import ATTENTION_WEIGHTS, LOGITS
 
     encoder, decoder = _parts_of(model)
     src, tgt_in = tf.constant(batch["src"]), tf.constant(batch["tgt_in"])
@@ -340,3 +273,6 @@ def run_tf_nmt(model, batch: dict) -> dict[str, np.ndarray]:
         ATTENTION_WEIGHTS: tf.stack(weights, 1).numpy(),  # [B, T, S]
         LOGITS: tf.stack(logits, 1).numpy(),  # [B, T, V]
     }
+
+
+__getattr__ = moved.getattr_for(__name__)  # the tutorial's classes moved to tf_impl/tutorials/: they warn

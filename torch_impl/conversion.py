@@ -1,4 +1,4 @@
-"""A torch model's weight-owning layers as shared.port.conversion leaves (stack-specific: the Keras side is
+"""A torch model's weight-owning layers as shared.core.leaves leaves (stack-specific: the Keras side is
 tf_impl/conversion.py); running a model on a verification batch; its float64 copy.
 
 The canonical layout is torch's own, so a leaf reads and writes its module's parameters by their state
@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from shared.port.conversion import Leaf, map_inputs, positional, shortest_paths, state_block_facts
+from shared.core.leaves import Leaf, map_inputs, positional, shortest_paths, state_block_facts
 from torch_impl.keras_layers import AdditiveAttention, Attention
 
 SUPPORTED = (
@@ -142,7 +142,7 @@ def _recurrent_facts(module: nn.Module, kind: str) -> dict:
 
 
 def _simple_facts(module: nn.Module, kind: str) -> dict:
-    """The options of shared.port.conversion.OPTIONS a Linear, Embedding, LayerNorm, Conv1d or
+    """The options of shared.port.pairing.OPTIONS a Linear, Embedding, LayerNorm, Conv1d or
     MultiheadAttention fixes."""
     if kind == "layer_norm":
         return {"eps": float(module.eps), "normalized axes": f"the last {len(module.normalized_shape)}", "rms scaling": False}
@@ -216,7 +216,7 @@ def numpy(value) -> np.ndarray:
     return value.detach().cpu().numpy()
 
 
-# ---- the user's model and its files (rosetta port --torch-model) ----
+# ---- the user's model (rosetta port --torch-model; its files: torch_impl/files.py) ----
 
 
 def build(factory, dtype: str, inputs=None) -> nn.Module:
@@ -230,25 +230,3 @@ def build(factory, dtype: str, inputs=None) -> nn.Module:
 def float64_twin(model: nn.Module, factory=None, inputs=None) -> nn.Module:
     """A float64 copy of `model` holding its weights widened exactly (`factory`, `inputs`: unused here)."""
     return copy.deepcopy(model).double()
-
-
-def load_file(model: nn.Module, path, fmt: str, factory=None, inputs=None) -> nn.Module:
-    """`model` holding the weights of a `.pt` state_dict (or checkpoint `{"model", ...}`) or canonical
-    `.safetensors` file, strictly: every key of the model, none more, each of its shape."""
-    from shared.io import safetensors_io
-    from torch_impl.train import read_arrays
-    from torch_impl.weights import set_weights
-
-    arrays = read_arrays(path)[0] if fmt == "torch" else safetensors_io.load(path)[0]
-    set_weights(model, arrays)
-    return model
-
-
-def save_file(model: nn.Module, path, fmt: str) -> None:
-    """`model`'s state_dict as a `.pt` file or canonical `.safetensors`, written atomically."""
-    from shared.io import safetensors_io
-    from torch_impl.train import write_arrays
-    from torch_impl.weights import get_weights
-
-    weights = get_weights(model)
-    write_arrays(path, weights) if fmt == "torch" else safetensors_io.save(path, weights)

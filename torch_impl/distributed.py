@@ -12,6 +12,7 @@ A single process (no `WORLD_SIZE` above 1) is today's training, unchanged.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -153,3 +154,41 @@ def data_parallel(model: torch.nn.Module, forward_loss):
     return torch.nn.parallel.DistributedDataParallel(
         LossModule(model, forward_loss), device_ids=[device.index] if device.type == "cuda" else None
     )
+
+
+def ranks() -> tuple[int, int]:
+    """(rank, number of ranks): this process's place among torchrun's (torch_impl.distributed), its process group
+    joined; (0, 1) in a single process."""
+    start()
+    return world()
+
+
+def on_devices(devices: int):
+    """A context for training on `devices` devices in this process: torch trains data-parallel as torchrun's ranks
+    (`--nproc-per-node`), one device a process, so only 1 is taken (ValueError otherwise)."""
+    if devices != 1:
+        raise ValueError(f"torch trains data-parallel as torchrun's ranks, one device each: pass --nproc-per-node {devices}, "
+                         "not --devices")  # fmt: skip
+    return contextlib.nullcontext()
+
+
+def gather_ranks(value) -> list:
+    """Every rank's `value`, in rank order (`[value]` alone)."""
+    return gather(value)
+
+
+def wait_for_ranks() -> None:
+    """Until every rank gets here (nothing alone)."""
+    barrier()
+
+
+def leave_ranks() -> None:
+    """Leave torchrun's process group (nothing alone)."""
+    stop()
+
+
+def place(model: torch.nn.Module) -> tuple[torch.nn.Module, str]:
+    """The model on the GPU when one is present (the contract follows the model's device); its device name."""
+    if not torch.cuda.is_available():
+        return model, "cpu"
+    return model.cuda(), f"cuda ({torch.cuda.get_device_name()})"

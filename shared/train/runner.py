@@ -9,7 +9,6 @@ submodule holds the `Trainer`; this module imports no framework.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import itertools
 import json
 import math
@@ -44,16 +43,16 @@ def train(run_dir, stack_name: str, force: bool = False, progress: bool = True, 
     without a checkpoint starts from the beginning.
     Under torchrun (torch_impl.distributed) every rank runs this; rank 0 alone writes files and evaluates at the
     end, the others return `{"rank": r}`. `devices` (Keras): data-parallel over that many devices in this process
-    (tf_impl.train.on_devices: Keras's `fit` under keras.distribution or MirroredStrategy).
+    (tf_impl.distributed.on_devices: Keras's `fit` under keras.distribution or MirroredStrategy).
     """
-    train_module = stacks.import_module(stack_name, "train")
-    with train_module.on_devices(devices):  # the model, its Trainer and every step inside
-        return _train(Path(run_dir), stack_name, train_module, force, progress, resume, devices)
+    with stacks.import_module(stack_name, "distributed").on_devices(devices):  # the model, its Trainer and every step
+        return _train(Path(run_dir), stack_name, force, progress, resume, devices)
 
 
-def _train(run_dir: Path, stack_name: str, train_module, force: bool, progress: bool, resume: bool, devices: int) -> dict:
+def _train(run_dir: Path, stack_name: str, force: bool, progress: bool, resume: bool, devices: int) -> dict:
     run, stack, corpus = runs.load_run(run_dir), stacks.import_stack(stack_name), runs.load_corpus(run_dir)
-    rank, ranks = train_module.ranks()
+    train_module, ranks_module = stacks.import_module(stack_name, "train"), stacks.import_module(stack_name, "distributed")
+    rank, ranks = ranks_module.ranks()
     out, writes = run_dir / stack_name, rank == 0
     runs.check_corpus(run_dir, run, corpus, note=writes)  # the corpus run.json was built from, before anything is written
     if resume and not (out / runs.CHECKPOINT).is_file() and writes:
@@ -76,17 +75,17 @@ def _train(run_dir: Path, stack_name: str, train_module, force: bool, progress: 
     train_module.set_seed(run.seed)  # a run is repeatable: initial weights (first stack) and dropout masks
     model = stack.build(run.model, run.dtype, **run.config)
     _start_from_initial_weights(run_dir, stack, model, run, writes)
-    train_module.wait_for_ranks()  # rank 0 has written initial.safetensors where it was missing
+    ranks_module.wait_for_ranks()  # rank 0 has written initial.safetensors where it was missing
     if not writes:
         _start_from_initial_weights(run_dir, stack, model, run, writes)
         train_module.set_seed(int(np.random.default_rng([run.seed, rank]).integers(2**31)))  # each rank its own dropout
-    model, device = train_module.place(model)
+    model, device = ranks_module.place(model)
     trainer = train_module.Trainer(model, run.model, run.spec)
     start = _resume(stack, train_module, trainer, out, rank, writes) if resume else _Start()
     if not resume and writes:
         for stale in (runs.LOSS_LOG, runs.EVAL_LOG, runs.EVAL_FILE, runs.ATTENTION_FILE):
             (out / stale).unlink(missing_ok=True)
-    train_module.wait_for_ranks()  # the logs as rank 0 left them: every rank reads the validation records so far
+    ranks_module.wait_for_ranks()  # the logs as rank 0 left them: every rank reads the validation records so far
     steps = _loop(run, stack, model, trainer, corpus, out, progress and writes, start, writes)
     if not writes:
         return {"rank": rank}
@@ -326,8 +325,8 @@ def _checkpoint(stack, trainer, run: RunConfig, corpus: corpora.Corpus, out: Pat
     """Write the loss log, then the stack's own file, then the canonical checkpoint (each atomically); both
     checkpoints hold Adam's state (`rosetta port --with-optimizer` reads it) and every rank's dropout generators
     (gathered from all ranks; rank 0 alone writes)."""
-    train_module = importlib.import_module(f"{stack.__name__}.train")
-    generators = train_module.gather_ranks(train_module.rng_state(trainer.model))  # every rank takes part
+    train_module = stacks.import_module(stack.stack_name, "train")
+    generators = stacks.import_module(stack.stack_name, "distributed").gather_ranks(train_module.rng_state(trainer.model))
     if not writes:
         log.clear()
         return step
@@ -338,7 +337,7 @@ def _checkpoint(stack, trainer, run: RunConfig, corpus: corpora.Corpus, out: Pat
     weights = stack.get_weights(trainer.model)
     needed = 2 * 3 * sum(array.nbytes for array in weights.values())  # two files, each the weights and two moments
     atomic.check_free_space(out, needed, "the checkpoint")
-    trainer.save_checkpoint(out / f"checkpoint{train_module.NATIVE_SUFFIX}", state)
+    trainer.save_checkpoint(out / f"checkpoint{stacks.import_module(stack.stack_name, 'files').NATIVE_SUFFIX}", state)
     moments, optimizer_metadata = optimizer_state.optimizer_tensors(state)
     metadata = {
         "model": run.model,
@@ -353,9 +352,6 @@ def _checkpoint(stack, trainer, run: RunConfig, corpus: corpora.Corpus, out: Pat
     }
     safetensors_io.save(out / runs.CHECKPOINT, {**weights, **moments}, {**metadata, **optimizer_metadata})
     return step
-
-
-PARALLEL_MODULES = {"torch": "distributed", "tf": "keras_compat.distributed"}  # each stack's `accelerators()`
 
 
 def usable_cores() -> int:
@@ -397,7 +393,7 @@ def _check_own_parallel(args) -> None:
     if count == 1:
         return
     here = int(os.environ.get("LOCAL_WORLD_SIZE", count)) if ranked else count
-    gpus = stacks.import_module(args.stack, PARALLEL_MODULES[args.stack]).accelerators()
+    gpus = stacks.import_module(args.stack, "distributed").accelerators()
     batch_size = runs.load_run(args.run_dir).batch_size
     examples = len(runs.load_corpus(Path(args.run_dir)).splits["train"][0]) if ranked else None  # Keras pads a short batch
     try:
@@ -436,7 +432,7 @@ def main(argv: list[str] | None = None) -> int:
         held = runs.run_folder(args.run_dir) if int(os.environ.get("RANK", 0)) == 0 else contextlib.nullcontext()
         with held:
             result = train(args.run_dir, args.stack, args.force, not args.quiet, args.resume, args.devices)
-        stacks.import_module(args.stack, "train").leave_ranks()
+        stacks.import_module(args.stack, "distributed").leave_ranks()
         if "rank" not in result:
             print(json.dumps(result))
         return 0

@@ -9,7 +9,7 @@ import sys
 from dataclasses import dataclass, field
 
 from shared import catalogue
-from shared.stacks import STACKS, import_stack
+from shared.stacks import STACKS, import_module, import_stack
 
 DRIFT_MODELS = ("reverse_bahdanau", "luong_general", "tf_tutorial")
 
@@ -87,7 +87,7 @@ def measure(names: list[str], with_training: bool = False) -> Measurement:
     from shared.verify import equality, training
 
     stacks = [import_stack(stack) for stack in STACKS]
-    measured = Measurement(backend=stacks[1].backends.name())
+    measured = Measurement(backend=import_module("tf", "train").backend())  # Keras's: tensorflow, jax or torch
 
     def compare(name, dtype):
         return equality.compare_stacks(name, dtype, *stacks)

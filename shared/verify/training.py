@@ -10,7 +10,6 @@ so the drift can be shown.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Iterator
 from dataclasses import replace
 
@@ -61,7 +60,7 @@ def fixture_trainer(stack, name: str, dtype: str, spec: TrainSpec, loss=None, we
         config["dropout"] = 0.0  # dropout masks cannot match across stacks: equality is proved without them
     model = stack.build(name, dtype, **config)
     stack.set_weights(model, fixtures.load_golden(name).weights if weights is None else weights)
-    return importlib.import_module(f"{stack.__name__}.train").Trainer(model, name, spec, loss, **trainer_options)
+    return stack.Trainer(model, name, spec, loss, **trainer_options)
 
 
 def _train_steps(trainer, name: str, spec: TrainSpec, start: int, stop: int) -> list[float]:

@@ -20,7 +20,7 @@ import tf_impl
 import torch_impl
 from shared import catalogue
 from shared.port.porting import port
-from shared.tools import bench
+from shared.specs import Sizes
 from shared.verify import fixtures, training
 from shared.verify.equality import assert_close
 from shared.verify.training import EQUALITY_SPEC
@@ -141,7 +141,7 @@ def test_an_epoch_whose_batch_lengths_vary_fits_as_its_steps_do():
     varying lengths, the first two alike (Keras's adapter infers a PyDataset's shapes from those two)."""
     name, config = "luong_general", catalogue.get("luong_general").fixture_config
     shapes = [(5, 4), (5, 4), (8, 7), (3, 6)]
-    batches = [bench.synthetic_batch(name, bench.Sizes(3, s, t), seed=i, config=config) for i, (s, t) in enumerate(shapes)]
+    batches = [fixtures.synthetic_batch(name, Sizes(3, s, t), seed=i, config=config) for i, (s, t) in enumerate(shapes)]
     stepped = Trainer(keras_fit.fixture_model(name, "float64"), name, EQUALITY_SPEC)
     expected = [stepped.step(batch) for batch in batches]
     trainer, losses = Trainer(keras_fit.fixture_model(name, "float64"), name, EQUALITY_SPEC), []
@@ -270,7 +270,7 @@ def test_keras_callbacks_work_and_their_checkpoints_port(tmp_path):
     for source in ("best.keras", "epoch2.weights.h5"):
         port(tmp_path / source, tmp_path / f"{source}.pt", model=name, overrides=config, with_optimizer=True)
     ported = torch_impl.build(name, "float32", **config)
-    torch_impl.train.load_native(ported, tmp_path / "epoch2.weights.h5.pt")
+    torch_impl.files.load_native(ported, tmp_path / "epoch2.weights.h5.pt")
     batch = fixtures.load_golden(name).batch
     expected = tf_impl.run(model, name, batch)["logits"]  # the model after epoch 2
     assert_close(torch_impl.run(ported, name, batch)["logits"], expected, 1e-5, what="epoch2.weights.h5 ported to .pt")

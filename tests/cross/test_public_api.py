@@ -38,6 +38,12 @@ STACK_MOVES = [
     ("tf_impl.serializable", "CatalogueModel", "tf_impl.keras_compat.serializable.CatalogueModel"),
     ("tf_impl.checkpoints", "resolve", "tf_impl.object_graph.resolve"),
     ("torch_impl.reverse_task", "gru_cell", "torch_impl.models.seq2seq.gru_cell"),
+    ("torch_impl.train", "save_native", "torch_impl.files.save_native"),
+    ("torch_impl.train", "on_devices", "torch_impl.distributed.on_devices"),
+    ("tf_impl.train", "load_keras", "tf_impl.files.load_keras"),
+    ("tf_impl.train", "ranks", "tf_impl.distributed.ranks"),
+    ("torch_impl.references", "TrevettSeq2Seq", "torch_impl.tutorials.trevett_nmt3.TrevettSeq2Seq"),
+    ("tf_impl.references", "NmtEncoder", "tf_impl.tutorials.nmt_2020.NmtEncoder"),
     *[(f"{stack}.{module}", name, f"{stack}.models.{module}.{name}")
       for stack in ("torch_impl", "tf_impl") for module, name in MODEL_CLASSES.items()],
 ]  # fmt: skip

@@ -21,7 +21,7 @@ from shared.verify.equality import assert_close
 from shared.verify.training import EQUALITY_SPEC
 from tests import keras_data_parallel
 from tests.interrupted_runner import losses, rosetta_train, small_run
-from tf_impl import train as tf_train
+from tf_impl import distributed as tf_ranks
 from tf_impl.keras_compat import backends, distributed, optim
 
 BACKEND = backends.name()
@@ -83,7 +83,7 @@ def test_data_parallel_is_refused_on_kerass_torch_backend():
         with distributed.data_parallel(2):
             pass
     with pytest.raises(ValueError, match="not 'torch'"):
-        with tf_train.on_devices(2):
+        with tf_ranks.on_devices(2):
             pass
 
 

@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from shared import catalogue
-from shared.tools import bench
+from shared.tools import bench, bench_profiles, native_stderr
 from shared.verify import measurement
 from tests.doc_blocks import REPO
 
@@ -49,16 +49,18 @@ def _quick_commands() -> list[str]:
 
 
 def test_the_quick_bench_profile_times_one_model_at_one_thread_count_a_handful_of_cases():
-    quick, default = bench.get_profile("quick"), bench.get_profile("default")
+    quick, default = bench_profiles.get_profile("quick"), bench_profiles.get_profile("default")
     assert quick.models == ("reverse_bahdanau",) and quick.threads == (2,)
     counts = {
-        "torch": len(bench.cases(quick, "torch", 2)),
-        "tf": len(bench.cases(quick, "tf", 2)),
-        "jax": len(bench.cases(bench.restrict(quick, modes=["xla"]), "tf", 2, backend="jax")),
+        "torch": len(bench_profiles.cases(quick, "torch", 2)),
+        "tf": len(bench_profiles.cases(quick, "tf", 2)),
+        "jax": len(bench_profiles.cases(bench_profiles.restrict(quick, modes=["xla"]), "tf", 2, backend="jax")),
     }
     assert counts == {"torch": 4, "tf": 6, "jax": 2}  # ours and the listing in each mode, at the document's sizes
-    assert {case.sweep for stack in ("torch", "tf") for case in bench.cases(quick, stack, 2)} == {"document"}
-    every_default = sum(len(bench.cases(default, stack, threads)) for stack in ("torch", "tf") for threads in default.threads)
+    assert {case.sweep for stack in ("torch", "tf") for case in bench_profiles.cases(quick, stack, 2)} == {"document"}
+    every_default = sum(
+        len(bench_profiles.cases(default, stack, threads)) for stack in ("torch", "tf") for threads in default.threads
+    )
     assert sum(counts.values()) * 10 < every_default  # negative control: the default profile is over ten times its size
 
 
@@ -83,8 +85,9 @@ def test_equality_of_some_models_shows_the_naive_setups_drift_on_those_models_on
 
     from shared.verify import equality, training
 
-    stack = types.SimpleNamespace(backends=types.SimpleNamespace(name=lambda: "tensorflow"))
+    stack = types.SimpleNamespace(backend=lambda: "tensorflow")
     monkeypatch.setattr(measurement, "import_stack", lambda name: stack)
+    monkeypatch.setattr(measurement, "import_module", lambda name, module: stack)
     monkeypatch.setattr(equality, "compare_stacks", lambda *args: {"logits": 0.0})
     monkeypatch.setattr(training, "compare_training", lambda *args, **kwargs: {"loss curve": 0.0})
     drifted = []
@@ -100,12 +103,12 @@ def test_equality_of_some_models_shows_the_naive_setups_drift_on_those_models_on
 
 @pytest.mark.parametrize("line", CHATTER)
 def test_the_frameworks_chatter_is_told_apart(line):
-    assert bench.is_chatter(line)
+    assert native_stderr.is_chatter(line)
 
 
 @pytest.mark.parametrize("line", KEPT)
 def test_warnings_errors_and_everything_else_are_kept(line):
-    assert not bench.is_chatter(line)
+    assert not native_stderr.is_chatter(line)
 
 
 def _child(crash: bool = False) -> list[str]:
@@ -138,7 +141,7 @@ def test_negative_control_a_bench_process_run_as_before_or_asked_for_info_lines_
 
 
 def test_native_lines_within_the_filter_come_without_the_chatter_even_when_the_block_fails(capfd):
-    with pytest.raises(RuntimeError, match="the block failed"), bench.native_stderr_filtered():
+    with pytest.raises(RuntimeError, match="the block failed"), native_stderr.native_stderr_filtered():
         os.write(2, "".join(CHATTER + KEPT).encode())
         raise RuntimeError("the block failed")
     assert capfd.readouterr().err == "".join(KEPT)

@@ -5,18 +5,23 @@ from __future__ import annotations
 import ast
 import re
 from pathlib import Path
+from typing import Protocol
 
 import pytest
+
+from shared import stacks
 
 ROOT = Path(__file__).resolve().parents[2]
 # Keras cells keeping torch's two biases, torch's Adam rule and clipping, the `.keras` config and the backends
 # (keras_compat/), TensorFlow checkpoints and their object graph, Keras's `fit` on the models: torch needs no
-# counterpart; references.py holds each stack's own tutorials (Trevett's notebook in torch, TensorFlow's NMT tutorial
-# in Keras), which mirror nothing, as tf_impl/tutorials/ (the 2022 NMT tutorial's classes, which tf-nmt-2022 runs)
+# counterpart; tutorials/ holds each stack's own tutorials' classes (Trevett's notebook in torch, TensorFlow's NMT
+# tutorial of 2020 and its 2022 rewrite in Keras), which mirror nothing, and references.py runs them on a file
 # torch_impl/keras_layers.py: Keras's Attention and AdditiveAttention in PyTorch (Keras has them)
 STACK_SPECIFIC = ("tf_impl/keras_compat/", "tf_impl/checkpoints.py", "tf_impl/object_graph.py", "tf_impl/fitting.py",
-                  "torch_impl/references.py", "tf_impl/references.py", "tf_impl/tutorials/", "torch_impl/keras_layers.py",
-                  "torch_impl/distributed.py",  # ranks under torchrun; Keras's devices: keras_compat
+                  "torch_impl/references.py", "tf_impl/references.py", "tf_impl/tutorials/", "torch_impl/tutorials/", "torch_impl/keras_layers.py",
+                  # ranks under torchrun and DDP's engine; Keras's devices (keras_compat/distributed.py holds its engine):
+                  # each stack's role module is checked against its Protocol in shared/stacks.py instead
+                  "torch_impl/distributed.py", "tf_impl/distributed.py",
                   "torch_impl/cuda_graphs.py",  # torch's step replayed as a CUDA graph (XLA compiles Keras's)
                   "torch_impl/inductor_ops.py")  # fmt: skip  # Inductor's slow CPU tanh in another form (XLA's is fast)
 FRAMEWORK_METHODS = {"forward": "call"}  # the call method is the only name the frameworks decide
@@ -55,9 +60,27 @@ ONE_STACK_FUNCTIONS = {
         "takes_row_bias",
         "gru_cell_row_bias",
     },
-    # Keras's `.keras` files; a torch file read and written as arrays in the file's own names, so `rosetta port` can
-    # rename them (Keras files are read by path); torch.compile with its recurrent-layer setting (Keras: jit_compile)
-    "train.py": {"save_keras", "load_keras", "read_arrays", "write_arrays", "compiled", "traces_recurrent_layers"},
+    # torch.compile with its recurrent-layer setting (Keras: jit_compile)
+    "train.py": {"compiled", "traces_recurrent_layers"},
+    # each stack's own formats (shared/stacks.py lists them per stack): a torch file read and written as arrays in the
+    # file's own names, so `rosetta port` can rename them, and a user's state_dict; Keras's `.keras` files and their
+    # archive's index, its weights files' helpers, a user's `.keras` file (Keras files are read by path)
+    "files.py": {
+        "read_arrays",
+        "write_arrays",
+        "load_own",
+        "own_arrays",
+        "save_keras",
+        "load_keras",
+        "archive_arrays",
+        "h5_shapes",
+        "write_shapes",
+        "has_optimizer_state",
+        "load_weights",
+        "weights_owner",
+        "load_own_keras",
+        "save_own_keras",
+    },
 }
 
 
@@ -223,3 +246,63 @@ def test_one_shape_notation_everywhere():
 def test_negative_control_a_tuple_shape_is_found(tmp_path):
     (tmp_path / "m.py").write_text('def f(x):\n    """`x (B, S)`."""\n    return x  # (B,)\n')
     assert sorted(_tuple_shapes(tmp_path / "m.py")) == ["(B, S)", "(B,)"]
+
+
+# ---- the door: every name shared/stacks.py's Protocols list, defined by each stack ----
+
+
+def defined_names(path: Path) -> set[str]:
+    """The names a module defines or imports at its top level (functions, classes, assignments, imports)."""
+    found = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            found.add(node.name)
+        elif isinstance(node, ast.Assign):
+            found |= {target.id for target in node.targets if isinstance(target, ast.Name)}
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            found.add(node.target.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            found |= {(alias.asname or alias.name).split(".")[0] for alias in node.names}
+    return found
+
+
+def surface_misses(root: Path, surface: dict[str, dict[str, type]]) -> list[str]:
+    """`package.module: name` for each name a Protocol lists that the stack's module does not define."""
+    missing = []
+    for stack, modules in surface.items():
+        package = stacks.PACKAGES[stack]
+        for module, protocol in modules.items():
+            path = root / package / (f"{module.replace('.', '/')}.py" if module else "__init__.py")
+            names = defined_names(path) if path.is_file() else set()
+            missing += [f"{package}.{module or ''}: {name}".replace(".:", ":") for name in sorted(stacks.names(protocol) - names)]
+    return missing
+
+
+def test_both_stacks_define_every_name_of_the_stack_surface():
+    assert surface_misses(ROOT, stacks.SURFACE) == []
+
+
+def test_negative_control_a_name_the_surface_lists_but_a_stack_lacks_is_found():
+    class Wider(stacks.Files, Protocol):
+        def save_everything(self) -> None: ...
+
+    surface = {"torch": {"files": Wider}, "tf": {"files": stacks.TfFiles, "nowhere": stacks.Bench}}
+    missing = surface_misses(ROOT, surface)
+    assert "torch_impl.files: save_everything" in missing and "tf_impl.nowhere: configure" in missing
+    assert not [line for line in missing if line.startswith("tf_impl.files")]
+
+
+def test_the_door_shows_only_the_names_its_protocol_lists():
+    """A stack module through the door: its Protocol's names, live; any other name refused (no second surface)."""
+    import types
+
+    module = types.ModuleType("torch_impl.files")
+    module.save_native, module.private_helper = (lambda *a: "saved"), (lambda: None)
+    door = stacks.Door(module, stacks.Files, "torch")
+    assert door.save_native() == "saved" and door.stack_name == "torch"
+    module.save_native = lambda *a: "patched"  # a test's monkeypatch of the module shows through
+    assert door.save_native() == "patched"
+    with pytest.raises(AttributeError, match="private_helper is not on the stack surface"):
+        door.private_helper  # noqa: B018
+    with pytest.raises(ValueError, match="torch_impl.bench_everything is not on the stack surface"):
+        stacks.import_module("torch", "bench_everything")

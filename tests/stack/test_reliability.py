@@ -38,7 +38,7 @@ def _source(stack, folder: Path, weights: dict | None = None) -> Path:
     model = stack.build(NAME, "float32", **catalogue.get(NAME).fixture_config)
     stack.set_weights(model, weights or {k: np.float32(v) for k, v in fixtures.load_golden(NAME).weights.items()})
     path = folder / f"m{SUFFIXES[_stack_name(stack)][0]}"
-    __import__(f"{stack.__name__}.train", fromlist=["save_native"]).save_native(model, path)
+    __import__(f"{stack.__name__}.files", fromlist=["save_native"]).save_native(model, path)
     return path
 
 

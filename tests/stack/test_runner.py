@@ -66,7 +66,7 @@ def test_the_checkpoint_loads_back_in_both_formats(stack, tmp_path_factory):
     name = _stack_name(stack)
     run_dir, _ = _trained_run(name, tmp_path_factory)
     _, model, run, corpus = runs.load_trained(run_dir, name)
-    train_module = __import__(f"{stack.__name__}.train", fromlist=["load_native"])
+    train_module = __import__(f"{stack.__name__}.files", fromlist=["load_native"])
     native = stack.build(run.model, run.dtype, **run.config)
     train_module.load_native(native, run_dir / name / f"checkpoint{train_module.NATIVE_SUFFIX}")
     for key, value in stack.get_weights(model).items():

@@ -308,7 +308,7 @@ def test_a_refused_zip_bomb_keras_file_leaves_nothing_in_tmpdir(stack, tmp_path,
     temporary.mkdir()
     bomb = tmp_path / "bomb.keras"
     model = stack.build(NAME, "float32", **catalogue.get(NAME).fixture_config)
-    importlib.import_module(f"{stack.__name__}.train").save_keras(model, bomb)
+    importlib.import_module(f"{stack.__name__}.files").save_keras(model, bomb)
     _zip_bomb(bomb)
     monkeypatch.setenv("TMPDIR", str(temporary))
     monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again

@@ -15,7 +15,7 @@ from tests.conftest import STACK_MODULES
 
 @pytest.mark.parametrize("case", OPTIONS)
 def test_a_keras_file_keeps_the_options(tmp_path, case):
-    from tf_impl.train import load_keras, save_keras
+    from tf_impl.files import load_keras, save_keras
 
     tf_impl = STACK_MODULES["tf"]
     name, overrides = OPTIONS[case]

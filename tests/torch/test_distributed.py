@@ -116,4 +116,4 @@ def test_ranks_are_for_torch(capsys):
     assert rosetta(["train", "reverse_bahdanau", "--stack", "tf", "--nproc-per-node", "2"]) != 0
     assert "--nproc-per-node starts torchrun's ranks: pass --stack torch (Keras: --devices)" in capsys.readouterr().err
     with pytest.raises(ValueError, match="pass --nproc-per-node 2, not --devices"):
-        torch_impl.train.on_devices(2)
+        torch_impl.distributed.on_devices(2)

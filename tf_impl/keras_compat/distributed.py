@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import keras
 import numpy as np
 
-from shared import stacks
+from shared import specs
 from tf_impl.keras_compat import backends
 
 ENGINES = ("jax", "tensorflow")  # the backends with a data-parallel `fit` of their own
@@ -136,7 +136,7 @@ def accelerators() -> int:
 def cpu_environment(devices: int) -> dict[str, str]:
     """Environment variables that give a new process `devices` CPU devices on JAX (XLA's host device count; read
     once, when JAX is imported). TensorFlow's are made in the process: `split_cpu`."""
-    return stacks.host_devices_environment(devices)
+    return specs.host_devices_environment(devices)
 
 
 def split_cpu(devices: int) -> None:

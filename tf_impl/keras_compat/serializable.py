@@ -11,7 +11,7 @@ import keras
 class CatalogueModel:
     """Mixin of the top-level Keras class of every catalogue model (document 000's layer, document 001's
     `ReverseTaskBase`, `Seq2SeqBase`). Each subclass registers itself with Keras as `rosetta.<module>>Class`,
-    so `keras.saving.load_model` finds it once its module is imported (`tf_impl.train.load_keras` imports
+    so `keras.saving.load_model` finds it once its module is imported (`tf_impl.files.load_keras` imports
     them all)."""
 
     def __init_subclass__(cls, **kwargs):

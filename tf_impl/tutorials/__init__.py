@@ -1,1 +1,1 @@
-"""Transcriptions of the tutorials' own classes that `rosetta port`'s presets run on a file (tf_impl.references)."""
+"""The tutorials' own Keras classes as their users have them (tf_impl/references.py runs them on a file)."""
