@@ -363,7 +363,7 @@ _DOTTED = re.compile(r"(?<![\w./-])(?:shared|torch_impl|tf_impl)(?:\.[A-Za-z_]\w
 
 
 def dotted_names(text: str) -> set[str]:
-    """The dotted names of our packages the prose and its inline code mention (`tf_impl.train.load_keras`,
+    """The dotted names of our packages the prose and its inline code mention (`tf_impl.files.load_keras`,
     `shared.port.convert`): a file path (`shared/port/layouts.py`) is not one."""
     return {name for name in _DOTTED.findall(prose(text, inline_code=True)) if not name.endswith((".py", ".md"))}
 

@@ -10,7 +10,7 @@ Two tables, old module -> the modules its names live in now, searched in order:
   `__getattr__ = moved.getattr_for(__name__)`.
 
 A warning names the shortest public path: the package whose `__all__` exports the object (`shared.port.convert`,
-`tf_impl.TorchAdam`), else the module holding it (`shared.port.port_files.Endpoint`). Standard library only: the
+`tf_impl.TorchAdam`), else the module holding it (`shared.port.endpoints.Endpoint`). Standard library only: the
 places are imported by name when a name is first looked up, so no framework loads before the old code asks for one.
 """
 
@@ -24,23 +24,29 @@ import types
 import warnings
 
 _MISSING = object()
+REMOVED_IN = "0.2.0"  # the release that drops every old place below (this one is 0.1.0, pyproject.toml)
 _MODELS = ("additive", "bahdanau_bigru", "luong", "reverse_task", "seq2seq", "tf_tutorial")
 
 MOVED_MODULES: dict[str, tuple[str, ...]] = {
     "shared.atomic": ("shared.io.atomic",),
-    "shared.bench": ("shared.tools.bench", "shared.tools.machine"),
+    "shared.bench": ("shared.tools.bench_profiles", "shared.tools.bench_timing", "shared.tools.bench_results",
+                     "shared.tools.native_stderr", "shared.tools.bench", "shared.tools.machine"),
     "shared.canonical": ("shared.core.canonical",),
-    "shared.conversion": ("shared.port.conversion",),
+    "shared.conversion": ("shared.port.conversion", "shared.core.leaves", "shared.port.pairing"),
     "shared.equality": ("shared.verify.equality",),
     "shared.evaluation": ("shared.train.evaluation",),
     "shared.fixtures": ("shared.verify.fixtures",),
-    "shared.layouts": ("shared.port.layouts", "shared.core.renames"),
+    "shared.layouts": ("shared.port.layouts", "shared.core.renames", "shared.port.key_map_rules", "shared.port.regex_limits"),
     "shared.metrics": ("shared.train.metrics",),
     "shared.own_models": ("shared.port.own_models",),
     "shared.plots": ("shared.train.plots",),
-    "shared.porting": ("shared.port.porting", "shared.port.port_files"),
-    "shared.references": ("shared.port.references",),
+    "shared.porting": ("shared.port.porting", "shared.port.endpoints", "shared.port.stages", "shared.port.formats"),
+    # the port's formats, ends and stages (issue 60: a registry of formats, the port a pipeline)
+    "shared.port.port_files": ("shared.port.formats", "shared.port.endpoints", "shared.port.stages",
+                               "shared.port.file_metadata", "shared.io.sources"),
+    "shared.references": ("shared.port.references", "shared.core.reference_runs"),
     "shared.report": ("shared.tools.report", "shared.tools.report.schema", "shared.tools.report.tables",
+                      "shared.tools.report.ceilings", "shared.tools.report.selection",
                       "shared.tools.report.reading", "shared.tools.report.readme", "shared.tools.report.figures",
                       "shared.stacks"),  # fmt: skip
     "shared.reproduction": ("shared.tools.reproduction",),
@@ -50,7 +56,7 @@ MOVED_MODULES: dict[str, tuple[str, ...]] = {
     "shared.teacher_forcing": ("shared.core.teacher_forcing",),
     "shared.training": ("shared.verify.training", "shared.core.optimizer_state", "shared.specs"),
     "shared.validation": ("shared.core.validation",),
-    "shared.verification": ("shared.port.verification",),
+    "shared.verification": ("shared.port.verification", "shared.core.reference_runs"),
     "shared.vocab": ("shared.data.vocab",),
     "tf_impl.backends": ("tf_impl.keras_compat.backends",),
     "tf_impl.layers": ("tf_impl.keras_compat.layers",),
@@ -63,7 +69,30 @@ MOVED_MODULES: dict[str, tuple[str, ...]] = {
 
 MOVED_NAMES: dict[str, tuple[str, ...]] = {
     "shared.data": ("shared.data.readers", "shared.data.corpora", "shared.documents"),
+    # an own corpus's options and saved-copy checks, and its files read as lines, left parallel.py
+    "shared.data.parallel": ("shared.data.parallel_options", "shared.data.text_files"),
+    # convert's leaves (what the stacks' walks import) and its pairing, a key map's rules and regex limits, and what a
+    # reference run gives, left conversion.py, layouts.py, references.py and verification.py
+    "shared.port.conversion": ("shared.core.leaves", "shared.port.pairing"),
+    "shared.port.layouts": ("shared.port.key_map_rules", "shared.port.regex_limits"),
+    "shared.port.references": ("shared.core.reference_runs",),
+    "shared.port.verification": ("shared.core.reference_runs",),
     "tf_impl.checkpoints": ("tf_impl.object_graph",),
+    # the bench's profiles, timing, result files and stderr filter left bench.py (the command); the FLOP-ceiling
+    # diagnosis and the row picking left the report's tables.py
+    "shared.tools.bench": (
+        "shared.tools.bench_profiles",
+        "shared.tools.bench_timing",
+        "shared.tools.bench_results",
+        "shared.tools.native_stderr",
+    ),
+    "shared.tools.report.tables": ("shared.tools.report.ceilings", "shared.tools.report.selection"),
+    # each stack's files and its ranks and devices left train.py for files.py and distributed.py
+    "torch_impl.train": ("torch_impl.files", "torch_impl.distributed"),
+    # each stack's tutorials' classes in one place: tutorials/ (references.py runs them on a file)
+    "torch_impl.references": ("torch_impl.tutorials.trevett_nmt3",),
+    "tf_impl.references": ("tf_impl.tutorials.nmt_2020",),
+    "tf_impl.train": ("tf_impl.files", "tf_impl.distributed"),
 }
 
 
@@ -78,7 +107,7 @@ def getattr_for(old: str, shim: bool = False):
         if name.startswith("_"):  # dunders and privates: what tools probe for is not a moved name
             raise AttributeError(f"module {old!r} has no attribute {name!r}")
         path, value = _find(old, places, name)
-        warnings.warn(f"{old}.{name} moved to {path}: import it from there (the old path goes in the next release)",
+        warnings.warn(f"{old}.{name} moved to {path}: import it from there (the old path goes in release {REMOVED_IN})",
                       DeprecationWarning, stacklevel=2)  # fmt: skip
         return value
 
@@ -87,8 +116,8 @@ def getattr_for(old: str, shim: bool = False):
 
 def _find(old: str, places: tuple[str, ...], name: str) -> tuple[str, object]:
     """(the shortest public path, the object) of `name` in the first of `places` holding it; modules are no names."""
-    for place in places:
-        value = getattr(importlib.import_module(place), name, _MISSING)
+    for place in places:  # a place's own names only: an old place holding a shim itself would warn a second time
+        value = vars(importlib.import_module(place)).get(name, _MISSING)
         if value is not _MISSING and not isinstance(value, types.ModuleType):
             return public_path(_home(place, name, value), name, value), value
     raise AttributeError(f"module {old!r} has no attribute {name!r}, nor have its new places {', '.join(places)}")
@@ -143,7 +172,7 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         if exported is not None:  # the import system returns what sys.modules holds after exec_module
             sys.modules[old] = exported
             return
-        module.__doc__ = f"Moved: the names of {old} live in {', '.join(MOVED_MODULES[old])} (kept for one release)."
+        module.__doc__ = f"Moved: the names of {old} live in {', '.join(MOVED_MODULES[old])} (kept until release {REMOVED_IN})."
         module.__getattr__ = getattr_for(old, shim=True)
         module.__dir__ = lambda: names(MOVED_MODULES[old])
 

@@ -11,7 +11,7 @@ Its public API, one import deep (numpy and the standard library only: each stack
 
 from shared.port.conversion import convert, verify
 from shared.port.own_models import port_own
-from shared.port.port_files import read_weights
 from shared.port.porting import port, render
+from shared.port.stages import read_weights
 
 __all__ = ["port", "render", "port_own", "convert", "verify", "read_weights"]

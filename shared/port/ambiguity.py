@@ -17,8 +17,10 @@ import dataclasses
 import numpy as np
 
 from shared.port import layouts
+from shared.port.endpoints import Endpoint
+from shared.port.formats import FORMATS
 from shared.port.layouts import KeyMap
-from shared.port.port_files import Endpoint, Read, read_endpoint
+from shared.port.stages import Read, read_endpoint
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,7 +41,8 @@ class Fit:
 def candidates(src: Endpoint, name: str) -> list[KeyMap]:
     """The layouts other than the source's that read model `name` from a file of the source's format; one that
     maps the file as the source's does (a preset of the catalogue's own layout, tf-nmt-2022) reads it alike."""
-    known = [layouts.IDENTITY, *(p for p in layouts.presets().values() if p.model == name and p.format == src.format.name)]
+    presets = layouts.presets().values()
+    known = [layouts.IDENTITY, *(p for p in presets if p.model == name and FORMATS.get(p.format) is src.format)]
     return [layout for layout in known if layout.title != src.layout.title and _mapping(layout) != _mapping(src.layout)]
 
 
@@ -51,7 +54,7 @@ def other_layouts(src: Endpoint, stack, name: str, overrides: dict, found: Read)
     """Each other layout that reads the source into a model computing another function than `found`'s; a
     layout that does not fit the file, or gives the same arrays and config, is none."""
     check_preset_fits(src, stack, name, found)
-    if src.format.name == "keras":  # a whole model names its own config and weights
+    if src.format.whole_model:  # a whole model names its own config and weights
         return []
     others: list[tuple[Fit, Read]] = []
     for layout in candidates(src, name):

@@ -9,8 +9,8 @@ that tutorial's own classes (our transcription of them is named).
 
 from __future__ import annotations
 
-from shared import catalogue
-from shared.port.port_files import Endpoint
+from shared import catalogue, stacks
+from shared.port.endpoints import Endpoint
 
 
 def build_call(stack: str, name: str, config: dict, dtype: str) -> str:
@@ -30,18 +30,5 @@ def load_line(dst: Endpoint, name: str, config: dict, dtype: str, with_state: bo
                 f"transcription of them loads it ({dst.layout.source})")  # fmt: skip
     if not dst.layout.identity:
         return f"None  # with the code whose layout {dst.layout.title} describes: its model, not the catalogue's"
-    fmt = dst.format.name
-    if fmt == "keras":
-        return f"import tf_impl.train; model, _ = tf_impl.train.load_keras({path})"
-    if fmt == "torch":
-        entry = '["model"]' if with_state else ""
-        return f"import torch, torch_impl; model = {build_call('torch_impl', name, config, dtype)}; model.load_state_dict(torch.load({path}){entry})"  # noqa: E501
-    if fmt == "safetensors":
-        build = build_call("torch_impl", name, config, dtype)
-        return f"import torch_impl; from shared.port import read_weights; model = {build}; torch_impl.set_weights(model, read_weights({path}))"  # noqa: E501
-    build = build_call("tf_impl", name, config, dtype)
-    if fmt == "tf_checkpoint":
-        return f"import tf_impl, tf_impl.checkpoints; model = {build}; tf_impl.checkpoints.read({path}, model)"
-    if catalogue.get(name).interface == "attention":  # a bare layer: only Keras Models load weights files
-        return f"import tf_impl, tf_impl.train; model = {build}; tf_impl.train.load_native(model, {path})"
-    return f"import tf_impl; model = {build}; model.load_weights({path})"
+    package = stacks.PACKAGES[dst.format.stack or "torch"]  # a port's canonical safetensors loads into torch_impl
+    return dst.format.load_line(path, name, build_call(package, name, config, dtype), with_state)

@@ -18,11 +18,11 @@ import warnings
 import numpy as np
 
 from shared import stacks
-from shared.port import port_files, porting, references
+from shared.port import endpoints, porting, references
 from shared.port.conversion import Conversion, convert, outputs, verify
+from shared.port.formats import FORMATS, Format
 from shared.port.verification import Check, close, render_check
 
-STACK_OF_FORMAT = {"torch": "torch", "safetensors": "torch", "keras_weights": "tf", "keras": "tf"}
 FLAGS = {"torch": "--torch-model", "tf": "--keras-model"}
 
 
@@ -30,8 +30,8 @@ FLAGS = {"torch": "--torch-model", "tf": "--keras-model"}
 class OwnPort:
     """What a port of the user's own model did; `load`: the line that loads the written file into their model."""
 
-    source: port_files.Endpoint
-    destination: port_files.Endpoint
+    source: endpoints.Endpoint
+    destination: endpoints.Endpoint
     conversion: Conversion
     checks: list[Check]
     load: str = ""
@@ -58,51 +58,37 @@ def port_own(source, destination, torch_model: str | None = None, keras_model: s
         inputs: an `.npz` batch the models are run on (arrays `arr_0`, `arr_1`, ... as a tuple; else by name).
         key_map: pairs the walk cannot find (shared.port.conversion.convert).
     """
-    src = port_files.endpoint(source, source_format)
-    dst = port_files.endpoint(destination, to, destination=True)
+    src = endpoints.endpoint(source, source_format)
+    dst = endpoints.endpoint(destination, to, destination=True)
     sides = (_stack(src.format, source), _stack(dst.format, destination))
     if sides[0] == sides[1]:
         raise ValueError(f"{src.text} and {dst.text} are both {sides[0]} files: port between a torch and a Keras file")
-    port_files.check_destination(src, dst, force)
+    endpoints.check_destination(src, dst, force)
     factories = _factories(torch_model, keras_model, needed={sides[1]} | ({sides[0]} - _self_contained(src)))
     batch = load_batch(inputs)
     source_stack, target_stack = (stacks.import_module(side, "conversion") for side in sides)
-    model = None if src.format.name == "keras" else source_stack.build(factories[sides[0]], "float32", batch)
-    source32 = source_stack.load_file(model, src.path, src.format.name, factories.get(sides[0]), batch)
+    model = None if src.format.whole_model else source_stack.build(factories[sides[0]], "float32", batch)
+    source32 = src.format.read_own(model, src.path)
     target32 = target_stack.build(factories[sides[1]], "float32", batch)
     with warnings.catch_warnings():  # its notes are printed with the report
         warnings.simplefilter("ignore")
         conversion = convert(source32, target32, key_map, inputs=batch)
     check = _verify_in_float64(source_stack, source32, target_stack, target32, factories, sides, batch, key_map)
-    with port_files.staged_beside(dst.path) as staged:
-        target_stack.save_file(target32, staged, dst.format.name)
-        fresh = None if dst.format.name == "keras" else target_stack.build(factories[sides[1]], "float32", batch)
-        back = target_stack.load_file(fresh, staged, dst.format.name, factories[sides[1]], batch)
+    with endpoints.staged_beside(dst.path) as staged:
+        dst.format.write_own(target32, staged)
+        fresh = None if dst.format.whole_model else target_stack.build(factories[sides[1]], "float32", batch)
+        back = dst.format.read_own(fresh, staged)
         load = _load_line(dst, {"torch": torch_model, "tf": keras_model}[sides[1]], _made_built(factories[sides[1]]), inputs)
         report = OwnPort(src, dst, conversion, [check, _read_back(target32, back, batch)], load)
         if report.ok:
-            port_files.move_into_place(staged, dst.path, force)
+            endpoints.move_into_place(staged, dst.path, force)
         return report
 
 
-def _load_line(dst: port_files.Endpoint, factory: str, built: bool, inputs) -> str:
+def _load_line(dst: endpoints.Endpoint, factory: str, built: bool, inputs) -> str:
     """The line that loads the written file into the user's model, as their factory makes it."""
     module, _, name = factory.partition(":")
-    path, fmt = repr(str(dst.path)), dst.format.name
-    make = f"import {module}; model = {module}.{name}()"
-    if fmt == "keras":
-        return f"import keras, {module}; model = keras.saving.load_model({path})"
-    if fmt == "torch":
-        return f"import torch; {make}; model.load_state_dict(torch.load({path}))"
-    if fmt == "safetensors":
-        tensors = f"{{key: torch.as_tensor(value) for key, value in read_weights({path}).items()}}"
-        return f"import torch; from shared.port import read_weights; {make}; model.load_state_dict({tensors})"
-    if built:
-        return f"{make}; model.load_weights({path})"
-    build = f"tf_impl.conversion.run(model, load_batch({str(inputs)!r}))"  # a subclassed model builds when called
-    return (
-        f"import tf_impl.conversion; from shared.port.own_models import load_batch; {make}; {build}; model.load_weights({path})"
-    )
+    return dst.format.own_load_line(repr(str(dst.path)), module, f"import {module}; model = {module}.{name}()", built, inputs)
 
 
 def _made_built(factory) -> bool:
@@ -111,16 +97,16 @@ def _made_built(factory) -> bool:
     return not hasattr(made, "built") or bool(made.weights)
 
 
-def _stack(fmt: port_files.Format, text) -> str:
-    if fmt.name not in STACK_OF_FORMAT:
-        known = ", ".join(port_files.FORMATS[name].suffix for name in STACK_OF_FORMAT)
+def _stack(fmt: Format, text) -> str:
+    if fmt.own_stack is None:
+        known = ", ".join(own.suffix for own in FORMATS.values() if own.own_stack)
         raise ValueError(f"{text}: your own models port between {known} files, not a {fmt.description}")
-    return STACK_OF_FORMAT[fmt.name]
+    return fmt.own_stack
 
 
-def _self_contained(src: port_files.Endpoint) -> set[str]:
+def _self_contained(src: endpoints.Endpoint) -> set[str]:
     """The sides whose model the source file holds whole (a `.keras` file)."""
-    return {"tf"} if src.format.name == "keras" else set()
+    return {src.format.own_stack} if src.format.whole_model else set()
 
 
 def _factories(torch_model: str | None, keras_model: str | None, needed: set[str]) -> dict:

@@ -1,10 +1,10 @@
 """`rosetta port`: a trained model from one stack's file to the other's, verified component by component.
 
-Formats, read from the file name (`--from` / `--to` name them otherwise): a PyTorch `.pt` state_dict or
-checkpoint `{"model", "optimizer"}` (read with `weights_only=True`: a file holding pickled code is refused,
-never run), canonical `.safetensors` (the state_dict layout, no code), Keras `.weights.h5`, a whole Keras
-model `.keras` (safe mode), and a TensorFlow checkpoint (`tf.train.Checkpoint`: its prefix, `.index` file,
-or folder). A source may come in parts (`encoder=PATH,decoder=PATH`, the TF tutorial's separate files), or be a
+Formats (shared/port/formats.py, one class each), read from the file name (`--from` / `--to` name them otherwise):
+a PyTorch `.pt` state_dict or checkpoint `{"model", "optimizer"}` (read with `weights_only=True`: a file holding
+pickled code is refused, never run), canonical `.safetensors` (the state_dict layout, no code), Keras `.weights.h5`,
+a whole Keras model `.keras` (safe mode), and a TensorFlow checkpoint (`tf.train.Checkpoint`: its prefix, `.index`
+file, or folder). A source may come in parts (`encoder=PATH,decoder=PATH`, the TF tutorial's separate files), or be a
 SavedModel folder (read only: its variables; a layout of Keras files reads the SavedModel of its model too).
 
 Another project's layout is a key map (shared.port.layouts: renames and transforms onto the catalogue model's
@@ -20,34 +20,21 @@ that verifies is moved into place: a failed or refused port leaves nothing behin
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import importlib.util
 import json
 
 import numpy as np
 
-from shared import catalogue
+from shared import catalogue, stacks
 from shared.core import optimizer_state
 from shared.failures import shown
 from shared.io import atomic
 from shared.port import ambiguity, loading, references
 from shared.port.conversion import convert, verify  # your own model: the public converter (shared/port/conversion.py)
+from shared.port.endpoints import Endpoint, check_destination, endpoint, move_into_place, named_model, staged_beside
+from shared.port.formats import FORMATS, Format
 from shared.port.layouts import KeyMap
-from shared.port.port_files import (
-    FORMATS,
-    Endpoint,
-    Format,
-    Read,
-    check_destination,
-    endpoint,
-    import_stacks,
-    move_into_place,
-    named_model,
-    read,
-    read_endpoint,
-    staged_beside,
-    write_endpoint,
-)
+from shared.port.stages import Read, import_stacks, read, read_endpoint, write_endpoint
 from shared.port.verification import (
     SCALED_BOUND,
     Check,
@@ -107,7 +94,10 @@ def port(source, destination, model: str | None = None, to: str | None = None, f
          overrides: dict | None = None, inputs=None, dtype: str | None = None, with_optimizer: bool = False,
          source_format: str | None = None, key_map: str | None = None, reference: str | None = None) -> PortReport:  # fmt: skip
     """Port `source` to `destination` for catalogue model `model` (or the layout's); verify; move into place
-    if it verifies.
+    if it verifies. The stages: parse the two ends (shared.port.endpoints) -> read the source through its format
+    and map it through its layout onto canonical arrays (shared.port.stages, shared.port.formats) -> map them into
+    the destination's layout and write its format, staged beside it -> read that back -> verify
+    (shared.port.verification) -> place.
 
     Args:
         to, source_format: the destination's and the source's format or preset (`--to`, `--from`).
@@ -119,35 +109,33 @@ def port(source, destination, model: str | None = None, to: str | None = None, f
     Raises ValueError for a request that cannot be carried out (unknown model, format or layout, a file of
     another model, an unreadable file, an existing destination without `force`).
     """
-    src = endpoint(source, source_format, key_map)
-    dst = endpoint(destination, to, destination=True)
+    src, dst = endpoint(source, source_format, key_map), endpoint(destination, to, destination=True)  # parse
     name = _model_name(model, src, src.layout, dst.layout)
     check_destination(src, dst, force)
     names = _stacks_for(src.format, dst.format)  # (source's, destination's): may be the same
-    stacks = import_stacks(*names)
-    source_stack, destination_stack = (stacks[stack] for stack in names)
-    found = read_endpoint(src, source_stack, name, dtype, overrides or {}, with_optimizer)
-    user_model_ran = reference is not None or src.format.name == "keras"
+    modules = import_stacks(*names)
+    source_stack, destination_stack = (modules[stack] for stack in names)
+    found = read_endpoint(src, source_stack, name, dtype, overrides or {}, with_optimizer)  # read -> map
+    user_model_ran = reference is not None or src.format.whole_model
     also_fits = ambiguity.other_layouts(src, source_stack, name, overrides or {}, found)
     if also_fits and not (src.named or user_model_ran):
         raise ValueError(ambiguity.refusal(src, also_fits))
-    dtype = found.dtype
-    config = _destination_config(dst.layout, found.config)
+    dtype, config = found.dtype, _destination_config(dst.layout, found.config)
     state_copies = 3 if found.state else 1  # the weights, and Adam's two moments of each
     atomic.check_free_space(dst.path.parent, state_copies * sum(np.asarray(a).nbytes for a in found.weights.values()))
     models = Models(name, {"source": (source_stack, found)}, {"source": src.text, "destination": str(dst.path)})
     models.get("source", dtype)  # arrays another model's are refused naming the file, before anything is written
     with staged_beside(dst.path) as staged:
-        write_endpoint(dst, staged, destination_stack, name, config, dtype, found.weights, found.state)
-        back = read_endpoint(dataclasses.replace(dst, path=staged), destination_stack, name, dtype, config, with_optimizer)
+        write_endpoint(dst, staged, destination_stack, name, config, dtype, found.weights, found.state)  # map -> write
+        written = dataclasses.replace(dst, path=staged)
+        back = read_endpoint(written, destination_stack, name, dtype, config, with_optimizer)  # read back
         models.sides["destination"] = (destination_stack, back)
-        checks = _checks(models, dtype, found, back, inputs)
-        checks += _reference_checks(models, src, dataclasses.replace(dst, path=staged), reference)
+        checks = _checks(models, dtype, found, back, inputs) + _reference_checks(models, src, written, reference)  # verify
         report = PortReport(src, dst, name, config, found.inferred, len(found.weights),
                             sum(np.size(array) for array in found.weights.values()), checks, also_fits, user_model_ran,
                             loading.load_line(dst, name, config, dtype, found.state is not None), found.left_out)  # fmt: skip
         if report.ok:
-            move_into_place(staged, dst.path, force)
+            move_into_place(staged, dst.path, force)  # place
         return report
 
 
@@ -239,8 +227,8 @@ def _source_reference(src: Endpoint, reference_text: str | None, name: str):
     """The source's own model: --reference, else the preset's shipped reference, else a .keras file's model."""
     if reference_text is not None:
         return references.make(reference_text, src.layout.runner, src.text)
-    if src.format.name == "keras":
-        return importlib.import_module("tf_impl.references").keras_file_reference(src.path, name)
+    if src.format.whole_model:
+        return stacks.import_module(src.format.stack, "references").keras_file_reference(src.path, name)
     return _own_reference(src)
 
 
@@ -256,7 +244,7 @@ def _own_reference(end: Endpoint, shown: str | None = None):
 def _stacks_for(source_format: Format, destination_format: Format) -> tuple[str, str]:
     """The stacks that read the source and write the destination: a format's own; for canonical
     safetensors the other end's other stack where it is installed, so the port is checked across stacks."""
-    installed = [name for name, package in (("torch", "torch"), ("tf", "tensorflow")) if importlib.util.find_spec(package)]
+    installed = [name for name in stacks.STACKS if importlib.util.find_spec(stacks.FRAMEWORKS[name])]
     if not installed:
         raise ValueError("porting needs torch or TensorFlow installed (pip install 'seq2seq-rosetta[torch,tf]')")
 

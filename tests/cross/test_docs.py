@@ -79,6 +79,6 @@ def test_every_name_the_prose_uses_resolves_at_its_new_place():
     """Each `shared.…`, `torch_impl.…`, `tf_impl.…` name a page mentions outside its code blocks imports and resolves,
     with no DeprecationWarning (a page naming a moved place would teach the old one)."""
     names = {name for page in doc_blocks.PAGES for name in doc_blocks.dotted_names(page.read_text())}
-    assert {"tf_impl.train.load_keras", "shared.port"} <= names  # the scan sees the guides' names
+    assert {"tf_impl.files.load_keras", "shared.port"} <= names  # the scan sees the guides' names
     for name in sorted(names):
         doc_blocks.resolve(name)

@@ -67,7 +67,7 @@ def test_a_trevett_checkpoint_ports_each_way_and_matches_the_notebooks_model(tmp
         "encoder outputs", "encoder state", "attention weights", "logits"]  # fmt: skip
     assert max(c.max_abs for c in own.components) < 1e-12
     batch = _batch()
-    keras_model, _ = tf_impl.train.load_keras(tmp_path / "tut3.keras")
+    keras_model, _ = tf_impl.files.load_keras(tmp_path / "tut3.keras")
     ported = tf_impl.run(keras_model, "bahdanau_bigru", batch)["logits"]
     assert np.abs(ported - _notebook_logits(module, user, batch)).max() < 1e-4  # float32, the user's own forward
     assert np.abs(_notebook_logits(module, user, batch)).max() > 1.0  # a trained magnitude, not N(0, 0.01)'s

@@ -18,17 +18,17 @@ import torch_impl
 from shared import catalogue
 from shared.cli import main as rosetta
 from shared.io import safetensors_io
-from shared.port import port_files, porting
+from shared.port import formats, porting, stages
 from shared.verify import fixtures
 from shared.verify.equality import assert_close
 from shared.verify.training import EQUALITY_SPEC, _train_steps, fixture_trainer, train_fixture
 from tests.printed import load_as_printed, load_line
-from tf_impl.train import load_keras, save_keras
-from tf_impl.train import save_native as save_keras_weights
-from torch_impl.train import save_native as save_torch
+from tf_impl.files import load_keras, save_keras
+from tf_impl.files import save_native as save_keras_weights
+from torch_impl.files import save_native as save_torch
 
 MODELS = catalogue.built()
-SUFFIXES = {fmt.name: fmt.suffix for fmt in port_files.FORMATS.values()}
+SUFFIXES = {fmt.name: fmt.suffix for fmt in formats.FORMATS.values()}
 SUFFIXES["tf_checkpoint"] = "_ckpt"  # a folder, as the tutorial's `checkpoint.save` leaves it
 WRITERS = {"torch": (torch_impl, save_torch), "keras_weights": (tf_impl, save_keras_weights), "keras": (tf_impl, save_keras),
            "tf_checkpoint": (tf_impl, tf_impl.checkpoints.write)}  # fmt: skip
@@ -52,8 +52,8 @@ def _write_source(name: str, fmt: str, path, weights=None) -> dict:
 
 
 def _weights_of(name: str, fmt: str, path) -> dict:
-    stack = torch_impl if port_files.FORMATS[fmt].stack == "torch" or fmt == "safetensors" else tf_impl
-    return stack.get_weights(port_files.read(stack, path, port_files.FORMATS[fmt], name, _overrides(name), "float32")[0])
+    stack = torch_impl if formats.FORMATS[fmt].stack == "torch" or fmt == "safetensors" else tf_impl
+    return stack.get_weights(stages.read(stack, path, formats.FORMATS[fmt], name, _overrides(name), "float32")[0])
 
 
 def _covering_ports() -> list[tuple[str, str, str]]:
@@ -231,7 +231,7 @@ def test_verification_catches_a_naive_conversion_and_names_where_it_starts(tmp_p
     first component that differs is where that GRU first acts (the decoder's state enters at step 1)."""
     name = "reverse_bahdanau"
     _write_source(name, "torch", tmp_path / "m.pt")
-    reference, _ = port_files.read(torch_impl, tmp_path / "m.pt", port_files.FORMATS["torch"], name, _overrides(name), "float32")
+    reference, _ = stages.read(torch_impl, tmp_path / "m.pt", formats.FORMATS["torch"], name, _overrides(name), "float32")
     candidate = tf_impl.build(name, "float32", **_overrides(name))
     tf_impl.set_weights(candidate, torch_impl.get_weights(reference))
     kernel = getattr(candidate, layer).cell.kernel
@@ -286,7 +286,7 @@ def test_a_checkpoint_ported_without_the_optimizer_cannot_resume(tmp_path, capsy
     name = "reverse_bahdanau"
     trainer = fixture_trainer(torch_impl, name, "float64", EQUALITY_SPEC)
     _train_steps(trainer, name, EQUALITY_SPEC, 0, 2)
-    torch_impl.train.save_native(trainer.model, tmp_path / "weights.pt")
+    torch_impl.files.save_native(trainer.model, tmp_path / "weights.pt")
     trainer.save_checkpoint(tmp_path / "checkpoint.pt")
     porting.port(tmp_path / "checkpoint.pt", tmp_path / "b.weights.h5", name, overrides=_training_config(name))
     with pytest.raises(ValueError, match="holds no optimizer state"):
@@ -320,7 +320,7 @@ def test_a_stock_keras_adam_checkpoint_ports_momentum_velocity_and_iterations(tm
     assert report.ok
     checkpoint = torch.load(tmp_path / "t.pt", weights_only=True)
     names = [key for key, _ in torch_impl.build(name, "float32", **_overrides(name)).named_parameters()]
-    expected = tf_impl.train.adam_state(model, optimizer)
+    expected = tf_impl.files.adam_state(model, optimizer)
     for index, key in enumerate(names):
         state = checkpoint["optimizer"]["state"][index]
         assert int(state["step"]) == 3

@@ -53,7 +53,7 @@ def test_negative_control_a_stale_page_and_a_name_nowhere_are_caught(tmp_path):
     init.write_text(init.read_text().replace('"read_weights"]', '"read_weights", "vanished"]'))
     init.write_text(
         init.read_text().replace(
-            "from shared.port.port_files import read_weights", "from shared.port.port_files import read_weights, vanished"
+            "from shared.port.stages import read_weights", "from shared.port.stages import read_weights, vanished"
         )
     )
     with pytest.raises(ValueError, match="defines no vanished"):

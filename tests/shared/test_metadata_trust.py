@@ -17,7 +17,7 @@ from safetensors.numpy import load_file, save_file
 
 from shared import catalogue, failures
 from shared.core import validation
-from shared.port import port_files, porting
+from shared.port import endpoints, porting, stages
 from shared.verify import fixtures
 
 NAME = "reverse_luong_dot"  # fixture sizes: vocab_size 19, embedding_dim 7, hidden_size 11
@@ -34,7 +34,7 @@ def _good(tmp_path: Path, name: str = NAME, with_state: bool = False) -> Path:
         state = {"step": 3, **moments, "lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8}
     path = tmp_path / f"{name}.safetensors"
     config = catalogue.resolve_config(spec, "float32", spec.fixture_config)
-    port_files.write_endpoint(port_files.endpoint(path, destination=True), path, None, name, config, "float32", weights, state)
+    stages.write_endpoint(endpoints.endpoint(path, destination=True), path, None, name, config, "float32", weights, state)
     return path
 
 
@@ -67,9 +67,9 @@ def _hand_edited(path: Path, drop: tuple[str, ...] = (), **metadata) -> Path:
 def _read(path: Path, model: str | None = None, overrides: dict | None = None, with_optimizer: bool = False):
     """What a port reads of a source before it builds anything: the model's name, then the file (keyed files need
     no stack to be read)."""
-    end = port_files.endpoint(path)
+    end = endpoints.endpoint(path)
     name = porting._model_name(model, end, end.layout)
-    return port_files.read_endpoint(end, None, name, None, overrides or {}, with_optimizer)
+    return stages.read_endpoint(end, None, name, None, overrides or {}, with_optimizer)
 
 
 def _refused(path: Path, **kwargs) -> str:

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import types
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +19,7 @@ import shared
 import shared.port
 from shared.core import moved
 
+REPO = Path(__file__).resolve().parents[2]
 FRAMEWORKS = ("torch", "tensorflow", "keras", "jax")
 # each package's public names, in `__all__`'s order, with the module each comes from
 PUBLIC = {
@@ -25,7 +27,7 @@ PUBLIC = {
                "built": "shared.catalogue", "get": "shared.catalogue"},
     "shared.port": {"port": "shared.port.porting", "render": "shared.port.porting", "port_own": "shared.port.own_models",
                     "convert": "shared.port.conversion", "verify": "shared.port.conversion",
-                    "read_weights": "shared.port.port_files"},
+                    "read_weights": "shared.port.stages"},
 }  # fmt: skip
 # one name of each old place of shared/'s (the previous release's), and where its warning sends the reader
 SHARED_MOVES = [
@@ -36,6 +38,8 @@ SHARED_MOVES = [
     ("shared.data", "read_multi30k_text", "shared.data.readers.read_multi30k_text"),
     ("shared.data", "batches", "shared.data.corpora.batches"),
     ("shared.data", "dataset_for_model", "shared.documents.dataset_for_model"),
+    ("shared.data.parallel", "layout", "shared.data.parallel_options.layout"),
+    ("shared.data.parallel", "max_line_bytes", "shared.data.text_files.max_line_bytes"),
     ("shared.equality", "assert_close", "shared.verify.equality.assert_close"),
     ("shared.evaluation", "greedy_tokens", "shared.train.evaluation.greedy_tokens"),
     ("shared.fixtures", "make_batch", "shared.verify.fixtures.make_batch"),
@@ -44,11 +48,21 @@ SHARED_MOVES = [
     ("shared.metrics", "bleu", "shared.train.metrics.bleu"),
     ("shared.own_models", "port_own", "shared.port.port_own"),
     ("shared.plots", "attention_heatmap", "shared.train.plots.attention_heatmap"),
+    ("shared.port.conversion", "Leaf", "shared.core.leaves.Leaf"),
+    ("shared.port.conversion", "OPTIONS", "shared.port.pairing.OPTIONS"),
+    ("shared.port.layouts", "Rename", "shared.port.key_map_rules.Rename"),
+    ("shared.port.layouts", "written_out_size", "shared.port.regex_limits.written_out_size"),
+    ("shared.port.references", "Reference", "shared.core.reference_runs.Reference"),
+    ("shared.port.verification", "traced", "shared.core.reference_runs.traced"),
     ("shared.porting", "convert", "shared.port.convert"),
     ("shared.porting", "port", "shared.port.port"),
-    ("shared.porting", "Endpoint", "shared.port.port_files.Endpoint"),
+    ("shared.porting", "Endpoint", "shared.port.endpoints.Endpoint"),
+    ("shared.port.port_files", "endpoint", "shared.port.endpoints.endpoint"),
+    ("shared.port.port_files", "read_weights", "shared.port.read_weights"),
+    ("shared.port.port_files", "FORMATS", "shared.port.formats.FORMATS"),
+    ("shared.port.port_files", "is_saved_model", "shared.io.sources.is_saved_model"),
     ("shared.porting", "PortReport", "shared.port.porting.PortReport"),
-    ("shared.references", "Reference", "shared.port.references.Reference"),
+    ("shared.references", "Reference", "shared.core.reference_runs.Reference"),
     ("shared.report", "write_report", "shared.tools.report.write_report"),
     ("shared.report", "speed_table", "shared.tools.report.tables.speed_table"),
     ("shared.reproduction", "summarize", "shared.tools.reproduction.summarize"),
@@ -58,6 +72,12 @@ SHARED_MOVES = [
     ("shared.safetensors_io", "save", "shared.io.safetensors_io.save"),
     ("shared.taps", "COMPONENTS", "shared.core.taps.COMPONENTS"),
     ("shared.teacher_forcing", "draw", "shared.core.teacher_forcing.draw"),
+    ("shared.tools.bench", "PROFILES", "shared.tools.bench_profiles.PROFILES"),
+    ("shared.tools.bench", "flag_slow_phases", "shared.tools.bench_timing.flag_slow_phases"),
+    ("shared.tools.bench", "SCHEMA", "shared.tools.bench_results.SCHEMA"),
+    ("shared.tools.bench", "is_chatter", "shared.tools.native_stderr.is_chatter"),
+    ("shared.tools.report.tables", "flop_ceilings", "shared.tools.report.ceilings.flop_ceilings"),
+    ("shared.tools.report.tables", "select", "shared.tools.report.selection.select"),
     ("shared.training", "train_fixture", "shared.verify.training.train_fixture"),
     ("shared.training", "optimizer_tensors", "shared.core.optimizer_state.optimizer_tensors"),
     ("shared.validation", "check_batch", "shared.core.validation.check_batch"),
@@ -202,3 +222,11 @@ def test_an_old_module_is_gone_so_the_shim_shadows_no_file(old):
 def test_import_shared_installs_the_finder_once():
     moved.install()
     assert sum(finder is moved._FINDER for finder in sys.meta_path) == 1
+
+
+def test_a_shim_names_the_release_that_removes_it_which_is_after_this_one():
+    """The warning says when the old path goes (moved.REMOVED_IN), a release after the one pyproject.toml names."""
+    version = re.search(r'^version = "([\d.]+)"', (REPO / "pyproject.toml").read_text(), re.MULTILINE)[1]
+    assert tuple(map(int, moved.REMOVED_IN.split("."))) > tuple(map(int, version.split(".")))
+    with pytest.warns(DeprecationWarning, match=re.escape(f"(the old path goes in release {moved.REMOVED_IN})")):
+        importlib.import_module("shared.porting").convert  # noqa: B018

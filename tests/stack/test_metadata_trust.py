@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from shared import catalogue
-from shared.port import port_files, porting
+from shared.port import file_metadata, porting
 from shared.verify import fixtures
 from tests.shared.test_metadata_trust import NAME, _edited, _good, _hand_edited
 from tests.stack.test_reliability import _one_line_error
@@ -59,7 +59,7 @@ def test_metadata_sizes_the_arrays_contradict_are_one_line_and_nothing_is_built(
 
 def test_negative_control_without_the_check_the_metadatas_model_is_built(stack, tmp_path, monkeypatch):
     bad = _edited(_good(tmp_path), config={"hidden_size": 6000})
-    monkeypatch.setattr(port_files.validation, "check_config_fits", lambda *args: None)
+    monkeypatch.setattr(file_metadata.validation, "check_config_fits", lambda *args: None)
     _spy_builds(monkeypatch, stack, "build", refuse=lambda config: config.get("hidden_size") == 6000)
     with pytest.raises(Built, match="hidden_size': 6000"):  # the old port: a model of 6000 built before the arrays
         porting.port(bad, tmp_path / f"out{DESTINATION[_stack_name(stack)]}")
@@ -98,11 +98,11 @@ def keras_stack(stack):
 
 
 def _good_keras(stack, folder: Path, name: str = NAME) -> Path:
-    """A `.keras` file as the suite writes one (tf_impl.train.save_keras, what `rosetta port --to keras` writes)."""
+    """A `.keras` file as the suite writes one (tf_impl.files.save_keras, what `rosetta port --to keras` writes)."""
     model = stack.build(name, "float32", **catalogue.get(name).fixture_config)
     stack.set_weights(model, {key: np.float32(value) for key, value in fixtures.load_golden(name).weights.items()})
     path = folder / f"{name}.keras"
-    __import__("tf_impl.train", fromlist=["save_keras"]).save_keras(model, path)
+    __import__("tf_impl.files", fromlist=["save_keras"]).save_keras(model, path)
     return path
 
 
@@ -142,7 +142,7 @@ def test_a_keras_config_whose_sizes_the_arrays_contradict_is_refused_before_kera
     err = _one_line_error(capsys, ["port", str(bad), str(tmp_path / "out.weights.h5")])
     assert f'{bad}: its config.json\'s "rosetta_config": hidden_size is 100000, but the arrays show hidden_size=11' in err
     assert built == []
-    monkeypatch.setattr(port_files, "_check_keras_config", lambda *args: None)  # negative control: Keras builds it
+    monkeypatch.setattr(file_metadata, "check_keras_config", lambda *args: None)  # negative control: Keras builds it
     _keras_builds(monkeypatch, refuse=lambda config: config.get("hidden_size") == 100_000)
     with pytest.raises(ValueError, match="Built: reverse_luong_dot built with .*'hidden_size': 100000"):
         porting.port(bad, tmp_path / "out.weights.h5")
@@ -175,7 +175,7 @@ def test_a_keras_file_with_another_layer_count_is_refused_where_keras_drops_one(
     bad = _keras_edited(_good_keras(keras_stack, tmp_path, "luong_dot"), rosetta_config={"n_layers": 1})
     err = _one_line_error(capsys, ["port", str(bad), str(tmp_path / "out.safetensors")])
     assert "the archive's arrays are not those of model luong_dot built with n_layers=1" in err and "rnn_1/cell" in err
-    monkeypatch.setattr(port_files, "_check_keras_config", lambda *args: None)  # negative control: a silent port
+    monkeypatch.setattr(file_metadata, "check_keras_config", lambda *args: None)  # negative control: a silent port
     report = porting.port(bad, tmp_path / "out.safetensors")
     assert report.ok and report.config["n_layers"] == 1  # Keras loaded one of the file's two layers, and said nothing
 
@@ -185,7 +185,7 @@ def test_a_keras_config_json_that_is_not_json_says_so(keras_stack, tmp_path, cap
     for argv in ([], ["--model", NAME]):
         err = _one_line_error(capsys, ["port", str(bad), str(tmp_path / "out.weights.h5"), *argv])
         assert f"{bad}: its config.json is not JSON (Expecting property name" in err
-    naive = port_files._keras_config
+    naive = file_metadata.keras_config
 
     def swallowed(path):  # negative control: the reader before, which took a broken config.json for none
         try:
@@ -193,7 +193,7 @@ def test_a_keras_config_json_that_is_not_json_says_so(keras_stack, tmp_path, cap
         except ValueError:
             return None
 
-    monkeypatch.setattr(port_files, "_keras_config", swallowed)
+    monkeypatch.setattr(file_metadata, "keras_config", swallowed)
     assert "name the catalogue model" in _one_line_error(capsys, ["port", str(bad), str(tmp_path / "out.weights.h5")])
 
 
