@@ -91,7 +91,7 @@ def normalize(options: dict) -> dict:
     max_vocab = None if options["max_vocab"] is None else check_count("--max-vocab", options["max_vocab"], len(ROLES) + 1)
     specials, special_ids = options["specials"], options["special_ids"]
     if specials is None or special_ids is None:
-        raise ValueError("an own corpus needs the model's special tokens: pass **parallel.layout(model)")
+        raise ValueError("an own corpus needs the model's special tokens: pass **parallel_options.layout(model)")
     if (
         not isinstance(specials, (list, tuple))
         or len(specials) != len(ROLES)
@@ -99,7 +99,9 @@ def normalize(options: dict) -> dict:
         or sorted(special_ids) != sorted(f"{role}_id" for role in ROLES)
         or sorted(special_ids.values()) != list(range(len(ROLES)))
     ):
-        raise ValueError(f"specials {specials!r} / special_ids {special_ids!r} are not a layout of four tokens (parallel.layout)")
+        raise ValueError(
+            f"specials {specials!r} / special_ids {special_ids!r} are not a layout of four tokens (parallel_options.layout)"
+        )
     return {"path": str(path.resolve()), "langs": parse_langs(options["langs"]), "tokenizer": options["tokenizer"],
             "lowercase": options["lowercase"], "min_freq": min_freq, "max_vocab": max_vocab, "specials": list(specials),
             "special_ids": dict(special_ids)}  # fmt: skip

@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parents[2]
 # tutorial of 2020 and its 2022 rewrite in Keras), which mirror nothing, and references.py runs them on a file
 # torch_impl/keras_layers.py: Keras's Attention and AdditiveAttention in PyTorch (Keras has them)
 STACK_SPECIFIC = ("tf_impl/keras_compat/", "tf_impl/checkpoints.py", "tf_impl/object_graph.py", "tf_impl/fitting.py",
-                  "torch_impl/references.py", "tf_impl/references.py", "tf_impl/tutorials/", "torch_impl/tutorials/", "torch_impl/keras_layers.py",
+                  "torch_impl/references.py", "tf_impl/references.py", "tf_impl/tutorials/", "torch_impl/tutorials/",
+                  "torch_impl/keras_layers.py",
                   # ranks under torchrun and DDP's engine; Keras's devices (keras_compat/distributed.py holds its engine):
                   # each stack's role module is checked against its Protocol in shared/stacks.py instead
                   "torch_impl/distributed.py", "tf_impl/distributed.py",
