@@ -98,10 +98,15 @@ def _attention_facts(layer) -> dict:
     return {"score mode": score, "use scale": bool(layer.use_scale)}
 
 
+def _hub_layer(layer) -> str | None:
+    """The class name of a keras-hub layer, None for any other."""
+    return type(layer).__name__ if type(layer).__module__.startswith("keras_hub.") else None
+
+
 def _hub_block(layer) -> str | None:
     """The keras-hub Transformer block `layer` is (HUB_BLOCK_PARTS), or None."""
-    name = type(layer).__name__
-    return name if type(layer).__module__.startswith("keras_hub.") and name in HUB_BLOCK_PARTS else None
+    name = _hub_layer(layer)
+    return name if name in HUB_BLOCK_PARTS else None
 
 
 def _add_block_facts(layer, path: str, found: list) -> None:
@@ -178,7 +183,9 @@ def _simple(layer) -> tuple[str, dict, dict] | None:
     if isinstance(layer, keras.layers.Dense):
         return "linear", present(kernel=layer.kernel, bias=layer.bias), {"bias": layer.bias is not None}
     if isinstance(layer, keras.layers.Embedding):
-        return "embedding", {"embeddings": layer.embeddings}, {"max norm": None}  # Keras renormalizes no row
+        return "embedding", {"embeddings": layer.embeddings}, {"max norm": None, "lookup": "ids"}  # Keras renormalizes no row
+    if _hub_layer(layer) == "PositionEmbedding":  # the rows of positions 0..T-1, no ids given: a torch twin's arange
+        return "embedding", {"embeddings": layer.position_embeddings}, {"max norm": None, "lookup": "positions"}
     if isinstance(layer, keras.layers.LayerNormalization):
         facts = {"eps": float(layer.epsilon), "normalized axes": _normalized_axes(layer), "rms scaling": bool(layer.rms_scaling)}
         return "layer_norm", present(gamma=layer.gamma, beta=layer.beta), facts

@@ -153,7 +153,8 @@ def _simple_facts(module: nn.Module, kind: str) -> dict:
                 "padding": _padding(module), "bias": module.bias is not None}  # fmt: skip
     if kind == "linear":
         return {"bias": module.bias is not None}
-    return {"max norm": module.max_norm}  # embedding: torch renormalizes rows above it as it looks them up
+    # embedding: torch renormalizes rows above it as it looks them up; a position table's ids are the model's arange
+    return {"max norm": module.max_norm, "lookup": "ids"}
 
 
 def _padding(conv: nn.Conv1d) -> str:

@@ -23,7 +23,7 @@ _RECURRENT = ("activation", "recurrent activation", "bias", "bidirectional", "go
 # of a call in both frameworks); dropout acts in training only.
 OPTIONS: dict[str, tuple[str, ...]] = {
     "linear": ("bias",),
-    "embedding": ("max norm",),
+    "embedding": ("max norm", "lookup"),  # lookup: of the ids given, or of the positions 0..T-1 (keras-hub's)
     "rnn": tuple(option for option in _RECURRENT if option != "recurrent activation"),
     "gru": _RECURRENT,
     "lstm": _RECURRENT,
@@ -33,9 +33,11 @@ OPTIONS: dict[str, tuple[str, ...]] = {
     "parameter": ("score mode", "use scale"),  # Keras's Attention / AdditiveAttention and their torch twins
 }
 # Options a model's own code can do around the layer: torch's layers read forwards and concatenate a bidirectional
-# layer's halves, and a torch model may flip the sequence or sum the halves itself (tests/zoo/tf_nmt_2022_torch.py).
-# A pair differing in one is settled by running both models on `inputs`, refused without them.
-AROUND_THE_LAYER = frozenset({"go backwards", "merge mode"})
+# layer's halves, and a torch model may flip the sequence or sum the halves itself (tests/zoo/tf_nmt_2022_torch.py);
+# a torch model looks up a position table with `nn.Embedding(positions)(torch.arange(T))`, where keras-hub's
+# PositionEmbedding takes no ids. A pair differing in one is settled by running both models on `inputs`, refused
+# without them.
+AROUND_THE_LAYER = frozenset({"go backwards", "merge mode", "lookup"})
 
 
 @dataclasses.dataclass
@@ -164,8 +166,8 @@ def _same_class(leaf: Leaf, other: Leaf, same_shapes: bool) -> bool:
 
 def _check(pairs: list[Pair], unused: list[Leaf], empty: list[Leaf]) -> None:
     """One ValueError listing every problem, with a key map pairing the leftovers by shape."""
-    wrong = [p for p in pairs if p.source.shapes != p.target.shapes]
-    misshaped = [f"{p.source.describe()} -> {p.target.describe()}: {_shapes(p.source)} != {_shapes(p.target)}" for p in wrong]
+    wrong = [p for p in pairs if p.source.kind != p.target.kind or p.source.shapes != p.target.shapes]
+    misshaped = [f"{p.source.describe()} -> {p.target.describe()}: {_mismatch(p)}" for p in wrong]
     differing = fact_lines(pairs, around=False)
     problems = [
         ("target layers left empty", [leaf.describe() for leaf in empty]),
@@ -190,6 +192,13 @@ def _propose(sources: list[Leaf], targets: list[Leaf]) -> dict[str, str]:
             proposal[leaf.path] = match.path
             free.remove(match)
     return proposal
+
+
+def _mismatch(pair: Pair) -> str:
+    """What keeps a named pair apart: its kinds (each with the rules of its own), else its shapes."""
+    if pair.source.kind != pair.target.kind:
+        return f"kinds differ: {pair.source.kind} != {pair.target.kind} (no rule converts one into the other)"
+    return f"{_shapes(pair.source)} != {_shapes(pair.target)}"
 
 
 def _shapes(leaf: Leaf) -> str:

@@ -11,6 +11,7 @@ import re
 import warnings
 
 import keras
+import keras_hub
 import numpy as np
 import pytest
 import torch
@@ -281,6 +282,8 @@ DIFFERING = [  # (torch layer, Keras model, the option, torch's value, Keras's v
      "score mode", "concat", "dot"),
     (lambda: keras_layers.Attention(score_mode="concat"),
      lambda: _attending(K.Attention(use_scale=True, score_mode="concat", name="layer")), "use scale", False, True),
+    (lambda: nn.Embedding(5, FEATURES), lambda: _sequence(keras_hub.layers.PositionEmbedding(5, name="layer")),
+     "lookup", "ids", "positions"),
 ]  # fmt: skip
 
 
@@ -297,3 +300,52 @@ def test_a_differing_option_of_any_kind_is_refused_both_ways_naming_the_pair_the
         named = rf"layer(\.\w+)? -> layer(\.\w+)?: {re.escape(f'{option} {first!r} != {second!r}')}"
         with pytest.raises(ValueError, match=named):
             convert(source, target)
+
+
+# ---- a torch position table against keras-hub's PositionEmbedding (issue 61: refused, then a key map misread) ----
+
+
+class TorchTokensAndPositions(nn.Module):
+    """Token and position embeddings as torch users write them: a position table looked up at `arange(T)`."""
+
+    def __init__(self, positions_by_ids: bool = False):
+        super().__init__()
+        self.tok, self.pos, self.positions_by_ids = nn.Embedding(VOCAB, FEATURES), nn.Embedding(7, FEATURES), positions_by_ids
+        self.dense = nn.Linear(FEATURES, CLASSES)
+
+    def forward(self, ids):
+        positions = ids % 7 if self.positions_by_ids else torch.arange(ids.shape[1])  # [B, T] or [T]
+        return self.dense(self.tok(ids) + self.pos(positions))  # [B, T, C]
+
+
+def keras_tokens_and_positions() -> keras.Model:
+    ids = keras.Input((7,), dtype="int32")
+    embedded = keras_hub.layers.TokenAndPositionEmbedding(VOCAB, 7, FEATURES, name="embedding")(ids)  # [B, T, D]
+    return keras.Model(ids, keras.layers.Dense(CLASSES, name="dense")(embedded))
+
+
+def test_a_torch_position_table_ports_to_kerass_position_embedding_settled_by_running_both():
+    torch.manual_seed(0)
+    for source, target in ((TorchTokensAndPositions().double(), _float64(keras_tokens_and_positions, TOKENS)),
+                           (_float64(keras_tokens_and_positions, TOKENS), TorchTokensAndPositions().double())):  # fmt: skip
+        with pytest.raises(ValueError, match=r"lookup '(ids|positions)' != '(positions|ids)'\): pass inputs="):
+            convert(source, target)
+        done = convert(source, target, inputs=TOKENS)
+        assert "running both models on the inputs settled them" in done.render()
+        assert _worst(verify(source, target, TOKENS)) <= 1e-12
+
+
+def test_negative_control_a_position_table_looked_up_by_token_ids_is_refused_on_the_inputs():
+    torch.manual_seed(0)
+    source, target = TorchTokensAndPositions(positions_by_ids=True).double(), _float64(keras_tokens_and_positions, TOKENS)
+    with pytest.raises(ValueError, match=r"lookup 'ids' != 'positions'\), and with them the models' outputs differ"):
+        convert(source, target, inputs=TOKENS)
+
+
+def test_a_key_map_pairing_two_kinds_says_the_kinds_differ_not_equal_shapes():
+    """The misleading refusal of issue 61 ("weight (8, 16) != value (8, 16)"): a pair of two kinds names them."""
+    torch.manual_seed(0)
+    source, target = nn.ModuleDict({"layer": nn.Embedding(7, FEATURES)}), _attending(K.Attention(use_scale=True, name="layer"))
+    with pytest.raises(ValueError, match="no rule converts one into the other") as refused:
+        convert(source, target, key_map={"layer": "layer.scale"})
+    assert "mis-shaped pairs: layer (Embedding) -> layer.scale" in str(refused.value)
