@@ -34,7 +34,7 @@ OPTIONS: dict[str, tuple[str, ...]] = {
 }
 # Options a model's own code can do around the layer: torch's layers read forwards and concatenate a bidirectional
 # layer's halves, and a torch model may flip the sequence or sum the halves itself (tests/zoo/tf_nmt_2022_torch.py);
-# a torch model looks up a position table with `nn.Embedding(positions)(torch.arange(T))`, where keras-hub's
+# a torch model looks up a position table with `nn.Embedding(positions)(torch.arange(length))`, where keras-hub's
 # PositionEmbedding takes no ids. A pair differing in one is settled by running both models on `inputs`, refused
 # without them.
 AROUND_THE_LAYER = frozenset({"go backwards", "merge mode", "lookup"})

@@ -306,7 +306,7 @@ def test_a_differing_option_of_any_kind_is_refused_both_ways_naming_the_pair_the
 
 
 class TorchTokensAndPositions(nn.Module):
-    """Token and position embeddings as torch users write them: a position table looked up at `arange(T)`."""
+    """Token and position embeddings as torch users write them: a position table looked up at `arange(length)`."""
 
     def __init__(self, positions_by_ids: bool = False):
         super().__init__()
