@@ -40,9 +40,10 @@ STACKS = _requested()
 STACK_MODULES = {stack: _import(stack) for stack in STACKS}
 
 # One folder per tox env: shared/ (numpy only), stack/ (each stack alone: torch and tf envs), torch/ and tf/ (one
-# stack's own files), cross/ (both stacks in one process), keras/ (Keras on JAX or torch against torch_impl). A folder
-# whose stacks are not under test is not collected.
+# stack's own files), cross/ (both stacks in one process), hf/ (both, against Hugging Face's transformers: the cross
+# env), keras/ (Keras on JAX or torch against torch_impl). A folder whose stacks are not under test is not collected.
 FOLDERS_NEEDING = {"stack": bool(STACKS), "torch": "torch" in STACKS, "tf": "tf" in STACKS, "cross": len(STACKS) == 2}
+FOLDERS_NEEDING["hf"] = FOLDERS_NEEDING["cross"]
 FOLDERS_NEEDING["keras"] = FOLDERS_NEEDING["cross"] and STACK_MODULES["tf"].backends.name() != "tensorflow"
 collect_ignore = [folder for folder, runs in FOLDERS_NEEDING.items() if not runs]
 

@@ -194,6 +194,7 @@ LAYERS = (
     "data",
     "verify",
     "train",
+    "hf",  # Hugging Face model folders: read whole and written back exactly
     "port",
     "tools",
     "cli",

@@ -1,0 +1,346 @@
+"""A Hugging Face seq2seq folder (MarianMT, BART, mBART, T5) read into the model's whole state_dict and written back
+as `save_pretrained` writes it: config.json, generation_config.json, the tokenizer files, each tied matrix once.
+
+Follows transformers 5.23's modeling_utils.py (`get_expanded_tied_weights_keys`, `tie_weights`: a tie holds only
+with `tie_word_embeddings`, and is symmetric on load) and each family's `_tied_weights_keys`; numpy and the
+standard library only (torch inside `_read_bin`, for pytorch_model.bin).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from shared.io import atomic, safetensors_io
+
+MODEL_TYPES = ("marian", "bart", "mbart", "t5")
+SAFETENSORS, SAFE_INDEX = "model.safetensors", "model.safetensors.index.json"
+BIN, BIN_INDEX = "pytorch_model.bin", "pytorch_model.bin.index.json"
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                   "vocab.json", "vocab.txt", "merges.txt", "spiece.model", "sentencepiece.bpe.model",
+                   "source.spm", "target.spm")  # fmt: skip
+TOKENIZER_PATTERNS = ("*.spm", "vocab*.json", "vocab*.txt")
+# keys a family's model ignores in a checkpoint (`_keys_to_ignore_on_load_unexpected`), and never saves
+IGNORED_ON_LOAD = {"bart": (".encoder.version", ".decoder.version"), "mbart": (".encoder.version", ".decoder.version"),
+                   "t5": ("decoder.block.0.layer.1.EncDecAttention.relative_attention_bias.weight",)}  # fmt: skip
+MARIAN_POSITIONS = ("model.encoder.embed_positions.weight", "model.decoder.embed_positions.weight")  # not saved
+# what GenerationConfig.from_model_config carries over from a config (generation/configuration_utils.py)
+GENERATION_KEYS = ("bos_token_id", "decoder_start_token_id", "eos_token_id", "pad_token_id", "forced_bos_token_id",
+                   "forced_eos_token_id", "max_length", "min_length", "num_beams", "bad_words_ids", "length_penalty",
+                   "no_repeat_ngram_size", "early_stopping", "do_sample", "temperature", "top_k", "top_p",
+                   "repetition_penalty", "num_return_sequences", "use_cache")  # fmt: skip
+
+
+@dataclass
+class HfFolder:
+    """What a folder holds: its config, family, every state_dict array of the model (ties resolved, Marian's sinusoid
+    computed where the file lacks it), and the files read."""
+
+    config: dict
+    model_type: str
+    arrays: dict[str, np.ndarray]
+    files: list[str] = field(default_factory=list)
+
+
+# ---- the family's state_dict: keys and shapes from the config ----
+
+
+def _linear(prefix: str, out: int, inp: int, bias: bool = True) -> dict[str, tuple]:
+    return {f"{prefix}.weight": (out, inp)} | ({f"{prefix}.bias": (out,)} if bias else {})
+
+
+def _norm(prefix: str, size: int, bias: bool = True) -> dict[str, tuple]:
+    return {f"{prefix}.weight": (size,)} | ({f"{prefix}.bias": (size,)} if bias else {})
+
+
+def _attention(prefix: str, d: int) -> dict[str, tuple]:
+    return {
+        key: shape
+        for name in ("q_proj", "k_proj", "v_proj", "out_proj")
+        for key, shape in _linear(f"{prefix}.{name}", d, d).items()
+    }
+
+
+def _bart_layer(prefix: str, d: int, ffn: int, cross: bool) -> dict[str, tuple]:
+    """One encoder/decoder layer of modeling_bart.py's BartEncoderLayer/BartDecoderLayer (Marian's and mBART's alike)."""
+    shapes = _attention(f"{prefix}.self_attn", d) | _norm(f"{prefix}.self_attn_layer_norm", d)
+    if cross:
+        shapes |= _attention(f"{prefix}.encoder_attn", d) | _norm(f"{prefix}.encoder_attn_layer_norm", d)
+    return shapes | _linear(f"{prefix}.fc1", ffn, d) | _linear(f"{prefix}.fc2", d, ffn) | _norm(f"{prefix}.final_layer_norm", d)
+
+
+def _bart_shapes(config: dict, model_type: str) -> dict[str, tuple]:
+    """MarianMTModel / BartForConditionalGeneration / MBartForConditionalGeneration: learned positions offset by 2
+    (BartLearnedPositionalEmbedding) except Marian's sinusoid; embedding norms in BART and mBART, final norms in mBART."""
+    d, vocab = int(config["d_model"]), int(config["vocab_size"])
+    separate = model_type == "marian" and not config.get("share_encoder_decoder_embeddings", True)
+    target = int(config.get("decoder_vocab_size") or vocab) if separate else vocab
+    positions = int(config["max_position_embeddings"]) + (0 if model_type == "marian" else 2)
+    shapes = {"final_logits_bias": (1, target)} | ({} if separate else {"model.shared.weight": (vocab, d)})
+    for side, cross in (("encoder", False), ("decoder", True)):
+        prefix = f"model.{side}"
+        shapes[f"{prefix}.embed_tokens.weight"] = (target if cross else vocab, d)
+        shapes[f"{prefix}.embed_positions.weight"] = (positions, d)
+        for index in range(int(config[f"{side}_layers"])):
+            shapes |= _bart_layer(f"{prefix}.layers.{index}", d, int(config[f"{side}_ffn_dim"]), cross)
+        if model_type != "marian":
+            shapes |= _norm(f"{prefix}.layernorm_embedding", d)
+        if model_type == "mbart":
+            shapes |= _norm(f"{prefix}.layer_norm", d)
+    return shapes | {"lm_head.weight": (target, d)}
+
+
+def _t5_attention(prefix: str, config: dict, relative: bool) -> dict[str, tuple]:
+    d, inner = int(config["d_model"]), int(config["d_kv"]) * int(config["num_heads"])
+    shapes = {f"{prefix}.{name}.weight": (inner, d) for name in "qkv"} | {f"{prefix}.o.weight": (d, inner)}
+    buckets = (int(config.get("relative_attention_num_buckets", 32)), int(config["num_heads"]))
+    return shapes | ({f"{prefix}.relative_attention_bias.weight": buckets} if relative else {})
+
+
+def _t5_shapes(config: dict) -> dict[str, tuple]:
+    """T5ForConditionalGeneration (modeling_t5.py): a relative bias in block 0's self-attention only, DenseReluDense
+    `wi` or gated `wi_0`/`wi_1` (feed_forward_proj "gated-..."), RMS norms without bias."""
+    d, ffn, vocab = int(config["d_model"]), int(config["d_ff"]), int(config["vocab_size"])
+    gated = str(config.get("feed_forward_proj", "relu")).startswith("gated-")
+    dense = ("wi_0", "wi_1") if gated else ("wi",)
+    shapes = {"shared.weight": (vocab, d)}
+    layers = {"encoder": int(config["num_layers"]), "decoder": int(config.get("num_decoder_layers") or config["num_layers"])}
+    for side, count in layers.items():
+        shapes[f"{side}.embed_tokens.weight"] = (vocab, d)
+        for index in range(count):
+            block = f"{side}.block.{index}.layer"
+            shapes |= _t5_attention(f"{block}.0.SelfAttention", config, index == 0) | _norm(f"{block}.0.layer_norm", d, False)
+            last = 1
+            if side == "decoder":
+                shapes |= _t5_attention(f"{block}.1.EncDecAttention", config, False) | _norm(f"{block}.1.layer_norm", d, False)
+                last = 2
+            shapes |= {f"{block}.{last}.DenseReluDense.{name}.weight": (ffn, d) for name in dense}
+            shapes |= {f"{block}.{last}.DenseReluDense.wo.weight": (d, ffn)} | _norm(f"{block}.{last}.layer_norm", d, False)
+        shapes |= _norm(f"{side}.final_layer_norm", d, False)
+    return shapes | {"lm_head.weight": (vocab, d)}
+
+
+def state_dict_shapes(config: dict, model_type: str) -> dict[str, tuple]:
+    """Every key of the family's `AutoModelForSeq2SeqLM.from_config(config).state_dict()` and its shape."""
+    try:
+        return _t5_shapes(config) if model_type == "t5" else _bart_shapes(config, model_type)
+    except (KeyError, TypeError, ValueError) as error:
+        raise ValueError(
+            f"config.json: field {error} is missing or not a number (the {model_type} model's sizes need it)"
+        ) from None
+
+
+def tied_keys(config: dict, model_type: str) -> dict[str, str]:
+    """{target: source} as `get_expanded_tied_weights_keys(all_submodels=True)` gives it: nothing without
+    tie_word_embeddings (T5Config forces it True); Marian ties through `model.shared` only when it shares them."""
+    if model_type != "t5" and not config.get("tie_word_embeddings", True):
+        return {}
+    if model_type == "t5":
+        return {f"{name}.weight": "shared.weight" for name in ("encoder.embed_tokens", "decoder.embed_tokens", "lm_head")}
+    if model_type == "marian" and not config.get("share_encoder_decoder_embeddings", True):
+        return {"lm_head.weight": "model.decoder.embed_tokens.weight"}
+    return {
+        key: "model.shared.weight"
+        for key in ("lm_head.weight", "model.decoder.embed_tokens.weight", "model.encoder.embed_tokens.weight")
+    }
+
+
+def resolve_ties(arrays: dict[str, np.ndarray], ties: dict[str, str]) -> dict[str, np.ndarray]:
+    """The arrays with each tie filled as `tie_weights(missing_keys=...)` does: the target from its source, or the source
+    from its target where only the target was written; both written: both kept (untied, as HF does)."""
+    arrays = dict(arrays)
+    for target, source in ties.items():
+        if target not in arrays and source in arrays:
+            arrays[target] = arrays[source]
+        elif source not in arrays and target in arrays:
+            arrays[source] = arrays[target]
+    return arrays
+
+
+def marian_sinusoid(positions: int, dim: int, dtype) -> np.ndarray:
+    """modeling_marian.py's MarianSinusoidalPositionalEmbedding.create_weight [P, D]: sin of the even columns in the
+    first half, cos of the odd ones in the second (not interleaved), computed in float64, then cast."""
+    position_enc = np.array([[pos / np.power(10000, 2 * (j // 2) / dim) for j in range(dim)] for pos in range(positions)])
+    sentinel = dim // 2 if dim % 2 == 0 else dim // 2 + 1
+    out = np.empty((positions, dim), dtype=np.float32)  # [P, D]  torch.FloatTensor: float32 first, as HF does
+    out[:, :sentinel] = np.sin(position_enc[:, 0::2])
+    out[:, sentinel:] = np.cos(position_enc[:, 1::2])
+    return out.astype(dtype)
+
+
+# ---- reading ----
+
+
+def read_config(folder: Path) -> tuple[dict, str]:
+    """config.json's dict and its model_type; a missing, non-JSON or unknown-family config is one ValueError."""
+    path = folder / "config.json"
+    if not path.is_file():
+        raise ValueError(f"{path}: no config.json in the folder (a Hugging Face model folder has one)")
+    try:
+        config = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path}: not JSON ({error})") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{path}: not a JSON object")
+    return config, _model_type(config, str(path))
+
+
+def _model_type(config: dict, shown: str) -> str:
+    model_type = config.get("model_type")
+    if model_type not in MODEL_TYPES:
+        raise ValueError(f"{shown}: field model_type is {model_type!r}; known types: {', '.join(MODEL_TYPES)}")
+    return model_type
+
+
+def _read_bin(path: Path) -> dict[str, np.ndarray]:
+    """pytorch_model.bin's tensors as numpy (torch.load with weights_only=True: no code in the file runs)."""
+    import torch
+
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # torch's unpickler raises many kinds
+        raise ValueError(f"{path}: not a readable PyTorch weights file ({type(error).__name__}: {error})") from None
+    if not isinstance(state, dict):
+        raise ValueError(f"{path}: holds a {type(state).__name__}, not a state dict")
+    return {key: value.detach().cpu().numpy() for key, value in state.items()}
+
+
+def _read_one(path: Path) -> dict[str, np.ndarray]:
+    return _read_bin(path) if path.suffix == ".bin" else safetensors_io.load(path)[0]
+
+
+def _read_index(folder: Path, index_name: str) -> tuple[dict[str, np.ndarray], list[str]]:
+    """A sharded checkpoint: every shard its index names read, every key the index lists present in its shard, no
+    key in a shard that the index does not place there."""
+    index_path = folder / index_name
+    try:
+        weight_map = json.loads(index_path.read_text())["weight_map"]
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as error:
+        raise ValueError(f"{index_path}: not an index (a JSON object with a weight_map: {error})") from None
+    arrays, files = {}, [index_name]
+    for shard in sorted(set(weight_map.values())):
+        if not (folder / shard).is_file():
+            raise ValueError(f"{folder / shard}: shard missing (named by {index_name})")
+        stored = _read_one(folder / shard)
+        listed = {key for key, name in weight_map.items() if name == shard}
+        if set(stored) != listed:
+            missing, extra = sorted(listed - set(stored)), sorted(set(stored) - listed)
+            raise ValueError(
+                f"{folder / shard}: does not match {index_name}: keys missing {missing}, keys not in the index {extra}"
+            )
+        arrays |= stored
+        files.append(shard)
+    return arrays, files
+
+
+def read_weights(folder: Path) -> tuple[dict[str, np.ndarray], list[str]]:
+    """The arrays stored in the folder (safetensors first, as from_pretrained prefers) and the files read."""
+    for name, index in ((SAFETENSORS, SAFE_INDEX), (BIN, BIN_INDEX)):
+        if (folder / name).is_file():
+            return _read_one(folder / name), [name]
+        if (folder / index).is_file():
+            return _read_index(folder, index)
+    raise ValueError(f"{folder}: no weights file (looked for {SAFETENSORS}, {SAFE_INDEX}, {BIN}, {BIN_INDEX})")
+
+
+def check_arrays(arrays: dict[str, np.ndarray], config: dict, model_type: str, shown: str) -> None:
+    """One ValueError naming `shown` listing the keys missing, unexpected, mis-shaped or of the wrong dtype for the
+    config (its `dtype`/`torch_dtype` where it names one, else any floating dtype)."""
+    expected = state_dict_shapes(config, model_type)
+    wanted = config.get("dtype") or config.get("torch_dtype")
+    problems = [f"missing {sorted(set(expected) - set(arrays))}"] if set(expected) - set(arrays) else []
+    problems += [f"unexpected {sorted(set(arrays) - set(expected))}"] if set(arrays) - set(expected) else []
+    for key in sorted(set(expected) & set(arrays)):
+        array = arrays[key]
+        if tuple(array.shape) != expected[key]:
+            problems.append(f"{key} has shape {tuple(array.shape)}, the config gives {expected[key]}")
+        elif not np.issubdtype(array.dtype, np.floating) or (isinstance(wanted, str) and array.dtype.name != wanted):
+            problems.append(f"{key} has dtype {array.dtype}, the config gives {wanted or 'a floating dtype'}")
+    if problems:
+        raise ValueError(f"{shown}: not the {model_type} model its config.json describes: {'; '.join(problems)}")
+
+
+def _loaded(stored: dict[str, np.ndarray], config: dict, model_type: str) -> dict[str, np.ndarray]:
+    """The stored arrays as the model's state_dict: ignored keys dropped, ties resolved, Marian's sinusoid computed
+    where the checkpoint lacks it (it is a frozen weight HF rebuilds, not saved)."""
+    ignored = IGNORED_ON_LOAD.get(model_type, ())
+    arrays = resolve_ties(
+        {key: value for key, value in stored.items() if not key.endswith(ignored)}, tied_keys(config, model_type)
+    )
+    if model_type == "marian":
+        dtype = np.dtype(config.get("dtype") or config.get("torch_dtype") or "float32")
+        table = marian_sinusoid(int(config["max_position_embeddings"]), int(config["d_model"]), dtype)  # [P, D]
+        arrays = {key: table for key in MARIAN_POSITIONS} | arrays
+    return arrays
+
+
+def read_folder(path) -> HfFolder:
+    """A Hugging Face seq2seq folder's config and its model's every state_dict array; a bad folder is one ValueError
+    naming the file and the problem."""
+    folder = Path(path)
+    if not folder.is_dir():
+        raise ValueError(f"{folder}: not a folder (a Hugging Face model folder holds config.json and the weights)")
+    config, model_type = read_config(folder)
+    stored, files = read_weights(folder)
+    arrays = _loaded(stored, config, model_type)
+    check_arrays(arrays, config, model_type, str(folder / files[0]))
+    return HfFolder(config=config, model_type=model_type, arrays=arrays, files=["config.json", *files])
+
+
+# ---- writing ----
+
+
+def generation_config(config: dict) -> dict:
+    """generation_config.json as `GenerationConfig.from_model_config` derives it from a config without one."""
+    derived = {key: config[key] for key in GENERATION_KEYS if config.get(key) is not None}
+    derived |= {"output_attentions": False, "output_hidden_states": False, "_from_model_config": True}
+    return derived | ({"transformers_version": config["transformers_version"]} if "transformers_version" in config else {})
+
+
+def saved_arrays(arrays: dict[str, np.ndarray], config: dict, model_type: str) -> dict[str, np.ndarray]:
+    """What `save_pretrained` writes: each tied matrix once (its source kept; a target equal to it bit for bit
+    dropped), Marian's sinusoids left out (`_keys_to_ignore_on_save`)."""
+    kept = {key: value for key, value in arrays.items() if not (model_type == "marian" and key in MARIAN_POSITIONS)}
+    for target, source in tied_keys(config, model_type).items():
+        if target in kept and source in kept and _same(kept[target], kept[source]):
+            del kept[target]
+    return kept
+
+
+def _same(first: np.ndarray, second: np.ndarray) -> bool:
+    return first.dtype == second.dtype and first.shape == second.shape and np.array_equal(first, second)
+
+
+def tokenizer_files(folder: Path) -> list[Path]:
+    """The tokenizer's files in a folder: the known names, *.spm and vocab files."""
+    found = {folder / name for name in TOKENIZER_FILES if (folder / name).is_file()}
+    found |= {path for pattern in TOKENIZER_PATTERNS for path in folder.glob(pattern) if path.is_file()}
+    return sorted(found)
+
+
+def write_folder(path, config: dict, arrays: dict[str, np.ndarray], source=None) -> Path:
+    """A folder `from_pretrained` loads: config.json as given, generation_config.json (the source's, else derived), the
+    source's tokenizer files, model.safetensors with each tied matrix once; staged beside `path`, placed whole."""
+    model_type = _model_type(config, "config (given to write_folder)")
+    check_arrays(arrays, config, model_type, "arrays given to write_folder")
+    source = Path(source) if source is not None else None
+    destination = Path(path)
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    with atomic.staged(destination, folder=True) as staging:
+        (staging / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+        if source is not None and (source / "generation_config.json").is_file():
+            shutil.copyfile(source / "generation_config.json", staging / "generation_config.json")
+        else:
+            (staging / "generation_config.json").write_text(
+                json.dumps(generation_config(config), indent=2, sort_keys=True) + "\n"
+            )
+        for file in tokenizer_files(source) if source is not None else []:
+            shutil.copyfile(file, staging / file.name)
+        blob = safetensors_io.dumps(saved_arrays(arrays, config, model_type), {"format": "pt"})
+        (staging / SAFETENSORS).write_bytes(blob)
+        atomic.place(staging, destination)
+    return destination

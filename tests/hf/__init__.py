@@ -1,0 +1,1 @@
+"""Hugging Face's models against ours in Keras (the cross env: torch, TensorFlow and transformers in one process)."""
