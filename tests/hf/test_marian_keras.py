@@ -1,0 +1,219 @@
+"""Our Keras MarianMT (tf_impl/hf/marian.py) against transformers' MarianMTModel (eager attention, eval), built from
+a user's save_pretrained folder of a tiny random model: float64 equal to 1e-12 of the largest value, float32 within
+1e-5, on a ragged padding batch, for the tied default and for separate decoder embeddings of their own vocabulary.
+Negative controls (the same comparison catches each naive variant): interleaved sin/cos, positions not rounded to
+float32 as HF's, no scale_embedding, no final_logits_bias, the padding mask's polarity flipped, the folder's file read
+as if it held every tied key. Also: the `.keras` round trip (bit for bit) and one error per bad config or state."""
+
+from __future__ import annotations
+
+import json
+
+import keras
+import numpy as np
+import pytest
+import torch
+import transformers
+from safetensors.numpy import load_file
+
+from tf_impl.hf import marian, marian_layers, marian_weights
+
+BOUNDS = {"float64": 1e-12, "float32": 1e-5}
+SIZES = {"d_model": 16, "encoder_layers": 2, "decoder_layers": 2, "encoder_attention_heads": 2, "decoder_attention_heads": 2,
+         "encoder_ffn_dim": 24, "decoder_ffn_dim": 24, "max_position_embeddings": 32, "scale_embedding": True}  # fmt: skip
+CONFIGS = {  # Marian's checkpoints: swish, scaled embeddings; pad = decoder_start = the last token
+    "tied": {**SIZES, "vocab_size": 48, "pad_token_id": 47, "decoder_start_token_id": 47, "activation_function": "swish"},
+    "separate decoder vocab": {**SIZES, "vocab_size": 48, "decoder_vocab_size": 40, "pad_token_id": 39,
+                               "decoder_start_token_id": 39, "share_encoder_decoder_embeddings": False,
+                               "activation_function": "gelu"},
+}  # fmt: skip
+OUTPUTS = ("logits", "encoder", "decoder")
+
+
+def _batch(pad: int) -> dict:
+    """A ragged batch, right-padded: source lengths 7, 5, 3; target lengths 4, 6, 2 (pad ids where the mask is 0)."""
+    rng = np.random.default_rng(1)
+    source, target = rng.integers(0, pad, (3, 7)), rng.integers(0, pad, (3, 6))  # [B, S], [B, T]
+    source_mask = (np.arange(7)[None] < np.array([[7], [5], [3]])).astype("int32")  # [B, S]
+    target_mask = (np.arange(6)[None] < np.array([[4], [6], [2]])).astype("int32")  # [B, T]
+    return {"encoder_token_ids": np.where(source_mask == 1, source, pad).astype("int32"),
+            "encoder_padding_mask": source_mask,
+            "decoder_token_ids": np.where(target_mask == 1, target, pad).astype("int32"),
+            "decoder_padding_mask": target_mask}  # fmt: skip
+
+
+@pytest.fixture(scope="module", params=list(CONFIGS))
+def folder(request, tmp_path_factory):
+    """A user's folder: MarianMTModel from a config, random weights and a nonzero final_logits_bias, saved."""
+    torch.manual_seed(0)
+    model = transformers.MarianMTModel(transformers.MarianConfig(**CONFIGS[request.param]))
+    model.final_logits_bias.normal_()  # nonzero in Marian checkpoints
+    path = tmp_path_factory.mktemp("marian")
+    model.save_pretrained(path)
+    return path
+
+
+def _hf(path, dtype: str):
+    model = transformers.MarianMTModel.from_pretrained(path, attn_implementation="eager", dtype=getattr(torch, dtype))
+    return model.eval()
+
+
+def _hf_outputs(model, batch: dict) -> dict:
+    with torch.no_grad():
+        out = model(input_ids=torch.tensor(batch["encoder_token_ids"]),
+                    attention_mask=torch.tensor(batch["encoder_padding_mask"]),
+                    decoder_input_ids=torch.tensor(batch["decoder_token_ids"]),
+                    decoder_attention_mask=torch.tensor(batch["decoder_padding_mask"]), output_hidden_states=True)  # fmt: skip
+    return {"logits": out.logits.numpy(), "encoder": out.encoder_last_hidden_state.numpy(),
+            "decoder": out.decoder_hidden_states[-1].numpy()}  # fmt: skip
+
+
+def _config(path) -> dict:
+    return json.loads((path / "config.json").read_text())
+
+
+def _ours(path, dtype: str, config: dict | None = None):
+    model = marian.MarianSeq2SeqLM.from_hf_config(config or _config(path), dtype=dtype)
+    marian_weights.load_hf_weights(model, load_file(path / "model.safetensors"))
+    return model
+
+
+def _our_outputs(model, batch: dict) -> dict:
+    hidden = model.backbone(batch)
+    return {"logits": np.asarray(model(batch)), "encoder": np.asarray(hidden["encoder_sequence_output"]),
+            "decoder": np.asarray(hidden["decoder_sequence_output"])}  # fmt: skip
+
+
+def _errors(ours: dict, reference: dict) -> dict:
+    """Each output's max absolute difference relative to the reference's largest value."""
+    return {k: float(np.abs(ours[k] - reference[k]).max() / np.abs(reference[k]).max()) for k in OUTPUTS}
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_ours_computes_hf_marian(folder, dtype):
+    batch = _batch(_config(folder)["pad_token_id"])
+    errors = _errors(_our_outputs(_ours(folder, dtype), batch), _hf_outputs(_hf(folder, dtype), batch))
+    print(f"{folder.name} {dtype}: {errors}")
+    assert max(errors.values()) < BOUNDS[dtype], errors
+
+
+def _interleaved(n_positions: int, dim: int, dtype: str) -> np.ndarray:
+    """The naive table: sin and cos interleaved (XLM's, the Transformer paper's), not Marian's halves."""
+    angles = np.arange(n_positions)[:, None] / np.power(10000, 2 * (np.arange(dim) // 2) / dim)  # [P, E]
+    return np.where(np.arange(dim) % 2 == 0, np.sin(angles), np.cos(angles)).astype(dtype)
+
+
+def _unrounded(n_positions: int, dim: int, dtype: str) -> np.ndarray:
+    """Marian's halves computed in float64 and kept there: HF rounds them through float32 first."""
+    angles = np.arange(n_positions)[:, None] / np.power(10000, 2 * np.arange(dim // 2) / dim)  # [P, E/2]
+    return np.concatenate([np.sin(angles), np.cos(angles)], axis=1).astype(dtype)
+
+
+def _set_tables(model, table_fn) -> None:
+    for positions in (model.backbone.encoder_embed_positions, model.backbone.decoder_embed_positions):
+        positions.table = table_fn(positions.max_positions, positions.dim, "float64")
+
+
+def _no_bias(model) -> None:
+    model.final_logits_bias.bias.assign(np.zeros(model.final_logits_bias.bias.shape))
+
+
+NAIVE = {  # name -> (config change, change to the loaded model)
+    "interleaved sin/cos": ({}, lambda m: _set_tables(m, _interleaved)),
+    "positions not rounded to float32": ({}, lambda m: _set_tables(m, _unrounded)),
+    "no scale_embedding": ({"scale_embedding": False}, None),
+    "no final_logits_bias": ({}, _no_bias),
+}
+
+
+@pytest.mark.parametrize("naive", list(NAIVE))
+def test_naive_variants_are_caught(folder, naive):
+    batch, (change, alter) = _batch(_config(folder)["pad_token_id"]), NAIVE[naive]
+    reference = _hf_outputs(_hf(folder, "float64"), batch)
+    model = _ours(folder, "float64", {**_config(folder), **change})
+    if alter:
+        alter(model)
+    errors = _errors(_our_outputs(model, batch), reference)
+    print(f"{naive}: {errors}")
+    assert errors["logits"] > BOUNDS["float64"], errors
+
+
+def test_flipped_padding_mask_is_caught(folder):
+    batch = _batch(_config(folder)["pad_token_id"])
+    flipped = {**batch, **{k: 1 - batch[k] for k in ("encoder_padding_mask", "decoder_padding_mask")}}
+    reference = _hf_outputs(_hf(folder, "float64"), batch)
+    errors = _errors(_our_outputs(_ours(folder, "float64"), flipped), reference)
+    assert errors["logits"] > BOUNDS["float64"], errors
+
+
+def test_the_saved_file_writes_tied_keys_once(folder):
+    """HF's file lacks the tied names (lm_head.weight, ...): a loader that wants every state_dict() key is refused."""
+    saved = load_file(folder / "model.safetensors")
+    full = _hf(folder, "float64").state_dict()
+    missing = sorted(set(full) - set(saved))
+    assert "lm_head.weight" in missing, missing
+    model = marian.MarianSeq2SeqLM.from_hf_config(_config(folder), dtype="float64")
+    marian_weights.load_hf_weights(model, {k: v.numpy() for k, v in full.items()})  # every key, tables checked
+
+
+def test_keras_file_round_trip(folder, tmp_path):
+    model, batch = _ours(folder, "float64"), _batch(_config(folder)["pad_token_id"])
+    model.save(tmp_path / "marian.keras")
+    loaded = keras.saving.load_model(tmp_path / "marian.keras")
+    assert np.array_equal(np.asarray(loaded(batch)), np.asarray(model(batch)))
+    assert loaded.backbone.get_config() == model.backbone.get_config()
+
+
+BAD_STATES = {  # change -> words the one error must hold
+    "missing": (lambda s: s.pop("model.encoder.layers.0.fc1.bias"), "missing: model.encoder.layers.0.fc1.bias"),
+    "unexpected": (lambda s: s.update({"model.extra.weight": np.zeros(3)}), "unexpected: model.extra.weight"),
+    "shape": (lambda s: s.update({"final_logits_bias": np.zeros((1, 7))}), "shape: final_logits_bias is (1, 7)"),
+    "bad table": (lambda s: s.update({"model.encoder.embed_positions.weight": _interleaved(32, 16, "float32")}),
+                  "model.encoder.embed_positions.weight is not Marian's sinusoidal table"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("bad", list(BAD_STATES))
+def test_bad_state_is_one_error(folder, bad):
+    state = {k: v.numpy() for k, v in _hf(folder, "float32").state_dict().items()}
+    change, words = BAD_STATES[bad]
+    change(state)
+    model = marian.MarianSeq2SeqLM.from_hf_config(_config(folder), dtype="float32")
+    with pytest.raises(ValueError, match="does not fit the model") as error:
+        marian_weights.load_hf_weights(model, state)
+    assert words in str(error.value)
+
+
+def test_tied_keys_that_disagree_are_refused():
+    config = CONFIGS["tied"]
+    model = marian.MarianSeq2SeqLM.from_hf_config(config, dtype="float32")
+    state = {k: v.numpy().copy() for k, v in transformers.MarianMTModel(transformers.MarianConfig(**config)).state_dict().items()}
+    state["lm_head.weight"] += 1.0
+    with pytest.raises(ValueError, match="tied keys disagree: model.shared.weight and lm_head.weight"):
+        marian_weights.load_hf_weights(model, state)
+
+
+BAD_CONFIGS = {  # field -> a value we cannot honour
+    "activation_function": "mish",
+    "tie_word_embeddings": False,
+    "encoder_attention_heads": 3,
+    "d_model": "16",
+    "model_type": "bart",
+    "pad_token_id": 48,
+}
+
+
+@pytest.mark.parametrize("field", list(BAD_CONFIGS))
+def test_bad_config_names_its_field(field):
+    with pytest.raises(ValueError, match=f"config.json field '{field}'"):
+        marian.from_hf_config({**CONFIGS["tied"], field: BAD_CONFIGS[field]})
+
+
+def test_activations_follow_hf_by_name():
+    """Each name we accept computes transformers' ACT2FN of that name (gelu exact, gelu_new tanh, swish = silu)."""
+    x = np.linspace(-4, 4, 41)
+    for name, ours in marian_layers.ACTIVATIONS.items():
+        reference = transformers.activations.ACT2FN[name](torch.tensor(x)).numpy()
+        assert np.abs(np.asarray(ours(x)) - reference).max() < 1e-14, name
+    tanh_form, exact = (np.asarray(marian_layers.ACTIVATIONS[name](x)) for name in ("gelu_new", "gelu"))
+    assert np.abs(tanh_form - exact).max() > 1e-4  # the two gelus differ: a name mapped to the other one is caught

@@ -1,0 +1,96 @@
+"""HF's MarianMTModel state dict (numpy arrays, keys as MarianMTModel.state_dict()) into our Keras MarianSeq2SeqLM.
+
+Strict: every variable set, every key used, shapes checked; tied keys (HF writes a tied matrix once, state_dict()
+repeats it) may name the shared matrix under any of their names, and must agree where repeated.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+# torch nn.Linear weight [out, in] -> Keras Dense kernel [in, out]; LayerNorm weight -> gamma
+DENSE = {"weight": ("kernel", True), "bias": ("bias", False)}
+NORM = {"weight": ("gamma", False), "bias": ("beta", False)}
+
+
+def _layer_targets(prefix: str, layer, names: tuple[str, ...]) -> list:
+    targets = []
+    for name in names:
+        for proj in ("q_proj", "k_proj", "v_proj", "out_proj"):
+            dense = getattr(getattr(layer, name), proj)
+            targets += [((f"{prefix}.{name}.{proj}.{k}",), getattr(dense, v), t) for k, (v, t) in DENSE.items()]
+        norm = getattr(layer, f"{name}_layer_norm")
+        targets += [((f"{prefix}.{name}_layer_norm.{k}",), getattr(norm, v), t) for k, (v, t) in NORM.items()]
+    for fc in ("fc1", "fc2"):
+        targets += [((f"{prefix}.{fc}.{k}",), getattr(getattr(layer, fc), v), t) for k, (v, t) in DENSE.items()]
+    return targets + [((f"{prefix}.final_layer_norm.{k}",), getattr(layer.final_layer_norm, v), t) for k, (v, t) in NORM.items()]
+
+
+def _embedding_targets(backbone) -> list:
+    """(HF names of one matrix, variable, transpose): tied names share one entry (MarianMTModel._tied_weights_keys)."""
+    encoder, decoder = backbone.encoder_embed_tokens.embeddings, backbone.decoder_embed_tokens.embeddings
+    if backbone.arguments["share_embeddings"]:
+        names = ("model.shared.weight", "model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight",
+                 "lm_head.weight")  # fmt: skip
+        return [(names, encoder, False)]
+    return [(("model.encoder.embed_tokens.weight",), encoder, False),
+            (("model.decoder.embed_tokens.weight", "lm_head.weight"), decoder, False)]  # fmt: skip
+
+
+def targets(model) -> list:
+    """Every variable of `model` (a MarianSeq2SeqLM) with the HF keys that hold it."""
+    backbone = model.backbone
+    found = _embedding_targets(backbone) + [(("final_logits_bias",), model.final_logits_bias.bias, False)]
+    for i, layer in enumerate(backbone.encoder_layers):
+        found += _layer_targets(f"model.encoder.layers.{i}", layer, ("self_attn",))
+    for i, layer in enumerate(backbone.decoder_layers):
+        found += _layer_targets(f"model.decoder.layers.{i}", layer, ("self_attn", "encoder_attn"))
+    return found
+
+
+def _tables(model) -> dict:
+    """HF's sinusoidal tables: in state_dict() (not in saved files); checked against ours, never loaded."""
+    backbone = model.backbone
+    return {f"model.{side}.embed_positions.weight": getattr(backbone, f"{side}_embed_positions").table
+            for side in ("encoder", "decoder")}  # fmt: skip
+
+
+def _value(state: dict, names: tuple, variable, transpose: bool, problems: list):
+    present = [name for name in names if name in state]
+    if not present:
+        problems.append(f"missing: {' or '.join(names)}")
+        return None
+    first = np.asarray(state[present[0]])
+    for other in present[1:]:
+        if not np.array_equal(np.asarray(state[other]), first):
+            problems.append(f"tied keys disagree: {present[0]} and {other} hold different matrices")
+    value = first.T if transpose else first
+    if tuple(value.shape) != tuple(variable.shape):
+        problems.append(f"shape: {present[0]} is {tuple(first.shape)}, the model needs {tuple(variable.shape)}"
+                        f"{' (transposed)' if transpose else ''}")  # fmt: skip
+        return None
+    return value
+
+
+def _check_tables(model, state: dict, problems: list) -> None:
+    for key, table in _tables(model).items():
+        if key in state and not np.array_equal(np.asarray(state[key]).astype(table.dtype), table):
+            problems.append(f"{key} is not Marian's sinusoidal table (sin half then cos half, float32 values)")
+
+
+def load_hf_weights(model, state: dict) -> None:
+    """Set every variable of a MarianSeq2SeqLM from HF's state dict; one ValueError listing every problem."""
+    problems, assignments, used = [], [], set(_tables(model))
+    for names, variable, transpose in targets(model):
+        used.update(names)
+        value = _value(state, names, variable, transpose, problems)
+        if value is not None:
+            assignments.append((variable, value))
+    problems += [f"unexpected: {key}" for key in sorted(set(state) - used)]
+    mapped = {id(variable) for _, variable, _ in targets(model)}
+    problems += [f"no HF key for the model's variable {v.path}" for v in model.weights if id(v) not in mapped]
+    _check_tables(model, state, problems)
+    if problems:
+        raise ValueError("HF Marian state dict does not fit the model:\n  " + "\n  ".join(problems))
+    for variable, value in assignments:
+        variable.assign(value.astype(variable.dtype))
