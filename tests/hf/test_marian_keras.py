@@ -1,6 +1,8 @@
 """Our Keras MarianMT (tf_impl/hf/marian.py) against transformers' MarianMTModel (eager attention, eval), built from
 a user's save_pretrained folder of a tiny random model: float64 equal to 1e-12 of the largest value, float32 within
-1e-5, on a ragged padding batch, for the tied default and for separate decoder embeddings of their own vocabulary.
+1e-5, on a ragged padding batch, for the tied default, separate decoder embeddings of their own vocabulary, and
+tie_word_embeddings false (every matrix apart; read as tied, caught). Dropout rates (dropout, attention_dropout,
+activation_dropout) build, save and load, are ignored by inference and applied in training.
 Negative controls (the same comparison catches each naive variant): interleaved sin/cos, positions not rounded to
 float32 as HF's, no scale_embedding, no final_logits_bias, the padding mask's polarity flipped, the folder's file read
 as if it held every tied key. Also: the `.keras` round trip (bit for bit) and one error per bad config or state."""
@@ -28,6 +30,11 @@ CONFIGS = {  # Marian's checkpoints: swish, scaled embeddings; pad = decoder_sta
                                "activation_function": "gelu"},
 }  # fmt: skip
 OUTPUTS = ("logits", "encoder", "decoder")
+
+
+def _numpy(tensor) -> np.ndarray:
+    """A Keras output as numpy on any backend (np.asarray refuses torch's tensors that require grad)."""
+    return keras.ops.convert_to_numpy(tensor)
 
 
 def _batch(pad: int) -> dict:
@@ -80,8 +87,8 @@ def _ours(path, dtype: str, config: dict | None = None):
 
 def _our_outputs(model, batch: dict) -> dict:
     hidden = model.backbone(batch)
-    return {"logits": np.asarray(model(batch)), "encoder": np.asarray(hidden["encoder_sequence_output"]),
-            "decoder": np.asarray(hidden["decoder_sequence_output"])}  # fmt: skip
+    return {"logits": _numpy(model(batch)), "encoder": _numpy(hidden["encoder_sequence_output"]),
+            "decoder": _numpy(hidden["decoder_sequence_output"])}  # fmt: skip
 
 
 def _errors(ours: dict, reference: dict) -> dict:
@@ -160,7 +167,7 @@ def test_keras_file_round_trip(folder, tmp_path):
     model, batch = _ours(folder, "float64"), _batch(_config(folder)["pad_token_id"])
     model.save(tmp_path / "marian.keras")
     loaded = keras.saving.load_model(tmp_path / "marian.keras")
-    assert np.array_equal(np.asarray(loaded(batch)), np.asarray(model(batch)))
+    assert np.array_equal(_numpy(loaded(batch)), _numpy(model(batch)))
     assert loaded.backbone.get_config() == model.backbone.get_config()
 
 
@@ -195,7 +202,8 @@ def test_tied_keys_that_disagree_are_refused():
 
 BAD_CONFIGS = {  # field -> a value we cannot honour
     "activation_function": "mish",
-    "tie_word_embeddings": False,
+    "attention_dropout": 1.0,
+    "activation_dropout": "0.1",
     "encoder_attention_heads": 3,
     "d_model": "16",
     "model_type": "bart",
@@ -214,6 +222,101 @@ def test_activations_follow_hf_by_name():
     x = np.linspace(-4, 4, 41)
     for name, ours in marian_layers.ACTIVATIONS.items():
         reference = transformers.activations.ACT2FN[name](torch.tensor(x)).numpy()
-        assert np.abs(np.asarray(ours(x)) - reference).max() < 1e-14, name
-    tanh_form, exact = (np.asarray(marian_layers.ACTIVATIONS[name](x)) for name in ("gelu_new", "gelu"))
+        assert np.abs(_numpy(ours(keras.ops.convert_to_tensor(x))) - reference).max() < 1e-14, name
+    tanh_form, exact = (_numpy(marian_layers.ACTIVATIONS[name](keras.ops.convert_to_tensor(x))) for name in ("gelu_new", "gelu"))
     assert np.abs(tanh_form - exact).max() > 1e-4  # the two gelus differ: a name mapped to the other one is caught
+
+
+UNTIED = {  # tie_word_embeddings false: HF 5.23 empties _tied_weights_keys, every matrix its own
+    "untied shared": {**CONFIGS["tied"], "tie_word_embeddings": False},  # shared, encoder, decoder, lm_head: four
+    "untied separate": {**CONFIGS["separate decoder vocab"], "tie_word_embeddings": False},  # encoder, decoder, lm_head
+}
+EMBEDDING_KEYS = {"model.shared.weight", "model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight",
+                  "lm_head.weight"}  # fmt: skip
+
+
+@pytest.fixture(scope="module", params=list(UNTIED))
+def untied(request, tmp_path_factory):
+    """A user's folder of an untied MarianMTModel (random weights, nonzero final_logits_bias)."""
+    torch.manual_seed(0)
+    model = transformers.MarianMTModel(transformers.MarianConfig(**UNTIED[request.param]))
+    model.final_logits_bias.normal_()
+    path = tmp_path_factory.mktemp("marian_untied")
+    model.save_pretrained(path)
+    return path
+
+
+def test_untied_folder_holds_every_matrix_apart(untied):
+    """The premise: HF writes each embedding matrix of an untied model, and no two are equal."""
+    saved = load_file(untied / "model.safetensors")
+    present = sorted(EMBEDDING_KEYS & set(saved))
+    assert len(present) == (4 if _config(untied)["share_encoder_decoder_embeddings"] else 3), present
+    pairs = [(a, b) for a in present for b in present if a < b and saved[a].shape == saved[b].shape]
+    assert pairs and all(not np.array_equal(saved[a], saved[b]) for a, b in pairs), pairs
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_ours_computes_hf_marian_untied(untied, dtype):
+    batch = _batch(_config(untied)["pad_token_id"])
+    errors = _errors(_our_outputs(_ours(untied, dtype), batch), _hf_outputs(_hf(untied, dtype), batch))
+    print(f"{untied.name} {dtype}: {errors}")
+    assert max(errors.values()) < BOUNDS[dtype], errors
+
+
+def test_untied_read_as_tied_is_caught(untied):
+    """Negative controls: the tied mapping refuses the untied file, and a model computing with the decoder's
+    embedding as its lm_head (what reading it as tied computes) misses HF's logits."""
+    tied = marian.MarianSeq2SeqLM.from_hf_config({**_config(untied), "tie_word_embeddings": True}, dtype="float64")
+    with pytest.raises(ValueError, match="tied keys disagree"):
+        marian_weights.load_hf_weights(tied, load_file(untied / "model.safetensors"))
+    batch = _batch(_config(untied)["pad_token_id"])
+    model = _ours(untied, "float64")
+    model.final_logits_bias.kernel.assign(model.backbone.decoder_embed_tokens.embeddings)
+    errors = _errors(_our_outputs(model, batch), _hf_outputs(_hf(untied, "float64"), batch))
+    assert errors["logits"] > BOUNDS["float64"], errors
+
+
+def test_untied_keras_file_round_trip(untied, tmp_path):
+    """Every HF matrix is a weight of ours (model.shared too, though no forward pass reads it) and survives `.keras`."""
+    model = _ours(untied, "float64")
+    model.save(tmp_path / "marian.keras")
+    loaded = keras.saving.load_model(tmp_path / "marian.keras")
+    saved = load_file(untied / "model.safetensors")
+    for names, variable, transpose in marian_weights.targets(loaded):
+        assert np.array_equal(_numpy(variable), saved[names[0]].T if transpose else saved[names[0]]), names
+
+
+RATES = {"dropout": 0.1, "attention_dropout": 0.2, "activation_dropout": 0.3}
+
+
+@pytest.fixture(scope="module")
+def dropping(tmp_path_factory):
+    """A user's folder whose config has every dropout rate nonzero."""
+    torch.manual_seed(0)
+    model = transformers.MarianMTModel(transformers.MarianConfig(**CONFIGS["tied"], **RATES))
+    model.final_logits_bias.normal_()
+    path = tmp_path_factory.mktemp("marian_dropout")
+    model.save_pretrained(path)
+    return path
+
+
+def test_dropout_rates_build_save_load_and_inference_ignores_them(dropping, tmp_path):
+    model, batch = _ours(dropping, "float64"), _batch(_config(dropping)["pad_token_id"])
+    layer = model.backbone.decoder_layers[0]
+    assert (layer.dropout.rate, layer.self_attn.dropout.rate, layer.encoder_attn.dropout.rate,
+            layer.activation_dropout_layer.rate) == (0.1, 0.2, 0.2, 0.3)  # fmt: skip
+    errors = _errors(_our_outputs(model, batch), _hf_outputs(_hf(dropping, "float64"), batch))
+    assert max(errors.values()) < BOUNDS["float64"], errors
+    model.save(tmp_path / "marian.keras")
+    loaded = keras.saving.load_model(tmp_path / "marian.keras")
+    assert {k: loaded.backbone.get_config()[k] for k in RATES} == RATES
+    assert np.array_equal(_numpy(loaded(batch)), _numpy(model(batch)))
+
+
+@pytest.mark.parametrize("rate", list(RATES))
+def test_each_dropout_rate_is_applied_in_training(rate):
+    """Negative control of the inference check: with only `rate` nonzero, training draws differ from inference."""
+    model = marian.MarianSeq2SeqLM.from_hf_config({**CONFIGS["tied"], **dict.fromkeys(RATES, 0.0), rate: 0.5}, dtype="float32")
+    batch = _batch(CONFIGS["tied"]["pad_token_id"])
+    assert np.array_equal(_numpy(model(batch)), _numpy(model(batch)))
+    assert not np.allclose(_numpy(model(batch, training=True)), _numpy(model(batch)))

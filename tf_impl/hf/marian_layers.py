@@ -126,15 +126,22 @@ class MarianAttention(keras.layers.Layer):
 class _PostNormBlocks(keras.layers.Layer):
     """What Marian's encoder and decoder layers share: post-norm residuals and the feed-forward block."""
 
-    def __init__(self, dim: int, heads: int, ffn_dim: int, activation: str, dropout: float, epsilon: float, **kwargs):
+    def __init__(self, dim: int, heads: int, ffn_dim: int, activation: str, dropout: float, epsilon: float,
+                 attention_dropout: float, activation_dropout: float, **kwargs):  # fmt: skip
         super().__init__(**kwargs)
         self.dim, self.heads, self.ffn_dim, self.activation = dim, heads, ffn_dim, activation
         self.dropout_rate, self.epsilon = dropout, epsilon
+        self.attention_dropout, self.activation_dropout = attention_dropout, activation_dropout
         self.activation_fn = ACTIVATIONS[activation]
         self.fc1 = keras.layers.Dense(ffn_dim, dtype=self.dtype_policy, name="fc1")
         self.fc2 = keras.layers.Dense(dim, dtype=self.dtype_policy, name="fc2")
         self.final_layer_norm = self._norm("final_layer_norm")
         self.dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+        self.activation_dropout_layer = keras.layers.Dropout(activation_dropout, dtype=self.dtype_policy)
+
+    def _attention(self, name: str):
+        """A MarianAttention whose weights drop at attention_dropout in training (HF's eager_attention_forward)."""
+        return MarianAttention(self.dim, self.heads, self.attention_dropout, dtype=self.dtype_policy, name=name)
 
     def _norm(self, name: str):
         return keras.layers.LayerNormalization(epsilon=self.epsilon, dtype=self.dtype_policy, name=name)
@@ -143,11 +150,13 @@ class _PostNormBlocks(keras.layers.Layer):
         return norm(x + self.dropout(update, training=training))  # [B, L, E]: post-norm, as BART and Marian
 
     def _feed_forward(self, x, training):
-        update = self.fc2(self.activation_fn(self.fc1(x)))  # [B, L, E]
+        """fc1, activation, activation_dropout (HF drops between the two products), fc2, then dropout and the norm."""
+        hidden = self.activation_dropout_layer(self.activation_fn(self.fc1(x)), training=training)  # [B, L, F]
+        update = self.fc2(hidden)  # [B, L, E]
         return self._residual(x, update, self.final_layer_norm, training)
 
     def get_config(self):
-        names = ("dim", "heads", "ffn_dim", "activation", "epsilon")
+        names = ("dim", "heads", "ffn_dim", "activation", "epsilon", "attention_dropout", "activation_dropout")
         return {**super().get_config(), **{n: getattr(self, n) for n in names}, "dropout": self.dropout_rate}
 
 
@@ -155,9 +164,10 @@ class _PostNormBlocks(keras.layers.Layer):
 class MarianEncoderLayer(_PostNormBlocks):
     """MarianEncoderLayer: self-attention, then the feed-forward block, each added then normed."""
 
-    def __init__(self, dim, heads, ffn_dim, activation, dropout=0.0, epsilon=1e-5, **kwargs):
-        super().__init__(dim, heads, ffn_dim, activation, dropout, epsilon, **kwargs)
-        self.self_attn = MarianAttention(dim, heads, dtype=self.dtype_policy, name="self_attn")
+    def __init__(self, dim, heads, ffn_dim, activation, dropout=0.0, epsilon=1e-5, attention_dropout=0.0,
+                 activation_dropout=0.0, **kwargs):  # fmt: skip
+        super().__init__(dim, heads, ffn_dim, activation, dropout, epsilon, attention_dropout, activation_dropout, **kwargs)
+        self.self_attn = self._attention("self_attn")
         self.self_attn_layer_norm = self._norm("self_attn_layer_norm")
 
     def build(self, x_shape, mask_shape=None):
@@ -175,11 +185,12 @@ class MarianEncoderLayer(_PostNormBlocks):
 class MarianDecoderLayer(_PostNormBlocks):
     """MarianDecoderLayer: causal self-attention, cross-attention on the encoder, feed-forward; each post-normed."""
 
-    def __init__(self, dim, heads, ffn_dim, activation, dropout=0.0, epsilon=1e-5, **kwargs):
-        super().__init__(dim, heads, ffn_dim, activation, dropout, epsilon, **kwargs)
-        self.self_attn = MarianAttention(dim, heads, dtype=self.dtype_policy, name="self_attn")
+    def __init__(self, dim, heads, ffn_dim, activation, dropout=0.0, epsilon=1e-5, attention_dropout=0.0,
+                 activation_dropout=0.0, **kwargs):  # fmt: skip
+        super().__init__(dim, heads, ffn_dim, activation, dropout, epsilon, attention_dropout, activation_dropout, **kwargs)
+        self.self_attn = self._attention("self_attn")
         self.self_attn_layer_norm = self._norm("self_attn_layer_norm")
-        self.encoder_attn = MarianAttention(dim, heads, dtype=self.dtype_policy, name="encoder_attn")
+        self.encoder_attn = self._attention("encoder_attn")
         self.encoder_attn_layer_norm = self._norm("encoder_attn_layer_norm")
 
     def build(self, x_shape, *shapes):

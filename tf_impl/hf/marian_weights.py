@@ -26,10 +26,18 @@ def _layer_targets(prefix: str, layer, names: tuple[str, ...]) -> list:
     return targets + [((f"{prefix}.final_layer_norm.{k}",), getattr(layer.final_layer_norm, v), t) for k, (v, t) in NORM.items()]
 
 
-def _embedding_targets(backbone) -> list:
-    """(HF names of one matrix, variable, transpose): tied names share one entry (MarianMTModel._tied_weights_keys)."""
+def _embedding_targets(model) -> list:
+    """(HF names of one matrix, variable, transpose): tied names share one entry (MarianMTModel._tied_weights_keys,
+    which HF 5.23 empties when tie_word_embeddings is false: then shared, encoder, decoder and lm_head are four)."""
+    backbone = model.backbone
     encoder, decoder = backbone.encoder_embed_tokens.embeddings, backbone.decoder_embed_tokens.embeddings
-    if backbone.arguments["share_embeddings"]:
+    shared = backbone.arguments["share_embeddings"]
+    if not backbone.arguments.get("tie_word_embeddings", True):
+        found = [(("model.encoder.embed_tokens.weight",), encoder, False),
+                 (("model.decoder.embed_tokens.weight",), decoder, False),
+                 (("lm_head.weight",), model.final_logits_bias.kernel, False)]  # fmt: skip
+        return found + ([(("model.shared.weight",), backbone.shared_embed_tokens.embeddings, False)] if shared else [])
+    if shared:
         names = ("model.shared.weight", "model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight",
                  "lm_head.weight")  # fmt: skip
         return [(names, encoder, False)]
@@ -40,7 +48,7 @@ def _embedding_targets(backbone) -> list:
 def targets(model) -> list:
     """Every variable of `model` (a MarianSeq2SeqLM) with the HF keys that hold it."""
     backbone = model.backbone
-    found = _embedding_targets(backbone) + [(("final_logits_bias",), model.final_logits_bias.bias, False)]
+    found = _embedding_targets(model) + [(("final_logits_bias",), model.final_logits_bias.bias, False)]
     for i, layer in enumerate(backbone.encoder_layers):
         found += _layer_targets(f"model.encoder.layers.{i}", layer, ("self_attn",))
     for i, layer in enumerate(backbone.decoder_layers):
