@@ -10,6 +10,7 @@ here. Import order: torch before TensorFlow.
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -157,15 +158,16 @@ SURFACE: dict[str, dict[str, type]] = {
 }
 
 
-def names(protocol: type) -> set[str]:
-    """The names a Protocol lists: its methods and annotated attributes, its bases' included."""
+@functools.cache
+def names(protocol: type) -> frozenset[str]:
+    """The names a Protocol lists: its methods and annotated attributes, its bases' included (read once per Protocol)."""
     found = set()
     for cls in protocol.__mro__:
         if cls is object or cls is Protocol or not getattr(cls, "_is_protocol", False):
             continue
         found |= {name for name in vars(cls) if not name.startswith("_")}
         found |= {name for name in getattr(cls, "__annotations__", {}) if not name.startswith("_")}
-    return found
+    return frozenset(found)
 
 
 class Door:
@@ -175,7 +177,7 @@ class Door:
     def __init__(self, module, protocol: type, stack_name: str):
         object.__setattr__(self, "_module", module)
         object.__setattr__(self, "stack_name", stack_name)  # the stack it belongs to: "torch" or "tf"
-        object.__setattr__(self, "_allowed", frozenset(names(protocol)))
+        object.__setattr__(self, "_allowed", names(protocol))
         object.__setattr__(self, "__name__", module.__name__)
 
     def __getattr__(self, name: str):

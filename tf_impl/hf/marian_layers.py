@@ -12,6 +12,8 @@ import keras
 import numpy as np
 from keras import ops
 
+from shared.hf.structure import marian_sinusoid
+
 
 def constant(value: float, like):
     """`value` in `like`'s dtype, cast from float64 (Keras on TF casts a Python float through float32 first)."""
@@ -32,16 +34,6 @@ def tanh_gelu(x):
 # transformers' activations.py ACT2FN, by the names a Marian config may use
 ACTIVATIONS = {"gelu": exact_gelu, "gelu_new": tanh_gelu, "gelu_pytorch_tanh": tanh_gelu, "relu": ops.relu, "silu": ops.silu,
                "swish": ops.silu, "tanh": ops.tanh}  # fmt: skip
-
-
-def sinusoidal_table(n_positions: int, dim: int, dtype: str) -> np.ndarray:
-    """MarianSinusoidalPositionalEmbedding.create_weight: sin half then cos half, float64 rounded to float32 as HF."""
-    position_enc = np.array([[pos / np.power(10000, 2 * (j // 2) / dim) for j in range(dim)] for pos in range(n_positions)])
-    sentinel = dim // 2 if dim % 2 == 0 else dim // 2 + 1
-    out = np.empty((n_positions, dim), dtype=np.float64)  # [P, E]
-    out[:, :sentinel] = np.sin(position_enc[:, 0::2]).astype(np.float32)  # HF's torch.FloatTensor
-    out[:, sentinel:] = np.cos(position_enc[:, 1::2]).astype(np.float32)
-    return out.astype(dtype)
 
 
 def additive_mask(allowed, dtype: str):
@@ -79,7 +71,7 @@ class MarianPositions(keras.layers.Layer):
         super().__init__(**kwargs)
         self.max_positions = max_positions
         self.dim = dim
-        self.table = sinusoidal_table(max_positions, dim, self.compute_dtype)  # [P, E]
+        self.table = marian_sinusoid(max_positions, dim, self.compute_dtype)  # [P, E]
 
     def call(self, embeddings):
         length = ops.shape(embeddings)[1]
@@ -126,8 +118,8 @@ class MarianAttention(keras.layers.Layer):
 class _PostNormBlocks(keras.layers.Layer):
     """What Marian's encoder and decoder layers share: post-norm residuals and the feed-forward block."""
 
-    def __init__(self, dim: int, heads: int, ffn_dim: int, activation: str, dropout: float, epsilon: float,
-                 attention_dropout: float, activation_dropout: float, **kwargs):  # fmt: skip
+    def __init__(self, dim: int, heads: int, ffn_dim: int, activation: str, dropout: float = 0.0, epsilon: float = 1e-5,
+                 attention_dropout: float = 0.0, activation_dropout: float = 0.0, **kwargs):  # fmt: skip
         super().__init__(**kwargs)
         self.dim, self.heads, self.ffn_dim, self.activation = dim, heads, ffn_dim, activation
         self.dropout_rate, self.epsilon = dropout, epsilon
@@ -142,6 +134,11 @@ class _PostNormBlocks(keras.layers.Layer):
     def _attention(self, name: str):
         """A MarianAttention whose weights drop at attention_dropout in training (HF's eager_attention_forward)."""
         return MarianAttention(self.dim, self.heads, self.attention_dropout, dtype=self.dtype_policy, name=name)
+
+    def _build_feed_forward(self, x_shape) -> None:
+        for layer in (self.fc1, self.final_layer_norm):
+            layer.build(x_shape)
+        self.fc2.build((None, None, self.ffn_dim))
 
     def _norm(self, name: str):
         return keras.layers.LayerNormalization(epsilon=self.epsilon, dtype=self.dtype_policy, name=name)
@@ -164,17 +161,15 @@ class _PostNormBlocks(keras.layers.Layer):
 class MarianEncoderLayer(_PostNormBlocks):
     """MarianEncoderLayer: self-attention, then the feed-forward block, each added then normed."""
 
-    def __init__(self, dim, heads, ffn_dim, activation, dropout=0.0, epsilon=1e-5, attention_dropout=0.0,
-                 activation_dropout=0.0, **kwargs):  # fmt: skip
-        super().__init__(dim, heads, ffn_dim, activation, dropout, epsilon, attention_dropout, activation_dropout, **kwargs)
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
         self.self_attn = self._attention("self_attn")
         self.self_attn_layer_norm = self._norm("self_attn_layer_norm")
 
     def build(self, x_shape, mask_shape=None):
-        self.self_attn.build(x_shape)
-        for layer, shape in ((self.self_attn_layer_norm, x_shape), (self.fc1, x_shape), (self.final_layer_norm, x_shape)):
-            layer.build(shape)
-        self.fc2.build((None, None, self.ffn_dim))
+        for layer in (self.self_attn, self.self_attn_layer_norm):
+            layer.build(x_shape)
+        self._build_feed_forward(x_shape)
 
     def call(self, x, mask, training=False):
         x = self._residual(x, self.self_attn(x, x, mask, training=training), self.self_attn_layer_norm, training)  # [B, S, E]
@@ -185,9 +180,8 @@ class MarianEncoderLayer(_PostNormBlocks):
 class MarianDecoderLayer(_PostNormBlocks):
     """MarianDecoderLayer: causal self-attention, cross-attention on the encoder, feed-forward; each post-normed."""
 
-    def __init__(self, dim, heads, ffn_dim, activation, dropout=0.0, epsilon=1e-5, attention_dropout=0.0,
-                 activation_dropout=0.0, **kwargs):  # fmt: skip
-        super().__init__(dim, heads, ffn_dim, activation, dropout, epsilon, attention_dropout, activation_dropout, **kwargs)
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
         self.self_attn = self._attention("self_attn")
         self.self_attn_layer_norm = self._norm("self_attn_layer_norm")
         self.encoder_attn = self._attention("encoder_attn")
@@ -196,9 +190,7 @@ class MarianDecoderLayer(_PostNormBlocks):
     def build(self, x_shape, *shapes):
         for layer in (self.self_attn, self.encoder_attn, self.self_attn_layer_norm, self.encoder_attn_layer_norm):
             layer.build(x_shape)
-        self.fc1.build(x_shape)
-        self.final_layer_norm.build(x_shape)
-        self.fc2.build((None, None, self.ffn_dim))
+        self._build_feed_forward(x_shape)
 
     def call(self, x, self_mask, encoder_output, cross_mask, training=False):
         x = self._residual(x, self.self_attn(x, x, self_mask, training=training), self.self_attn_layer_norm, training)
