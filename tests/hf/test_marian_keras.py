@@ -322,3 +322,73 @@ def test_each_dropout_rate_is_applied_in_training(rate):
     batch = _batch(CONFIGS["tied"]["pad_token_id"])
     assert np.array_equal(_numpy(model(batch)), _numpy(model(batch)))
     assert not np.allclose(_numpy(model(batch, training=True)), _numpy(model(batch)))
+
+
+def _loss_weights(shape, seed: int = 3) -> np.ndarray:
+    """Fixed random weights R [B, T, V]: the loss sum(logits * R) sends a gradient through every logit, pads included."""
+    return np.random.default_rng(seed).normal(size=shape)
+
+
+def _hf_gradients(model, batch: dict) -> dict:
+    """HF's torch autograd gradient of sum(logits * R) for every trainable parameter (tied ones once), float64."""
+    model.zero_grad()
+    logits = model(input_ids=torch.tensor(batch["encoder_token_ids"]), attention_mask=torch.tensor(batch["encoder_padding_mask"]),
+                   decoder_input_ids=torch.tensor(batch["decoder_token_ids"]),
+                   decoder_attention_mask=torch.tensor(batch["decoder_padding_mask"])).logits  # fmt: skip
+    (logits * torch.tensor(_loss_weights(tuple(logits.shape)))).sum().backward()
+    frozen = "embed_positions" if model.config.model_type == "marian" else None  # Marian's sinusoids: computed under no_grad
+    return {name: p.grad.numpy() for name, p in model.named_parameters() if not (frozen and frozen in name)}
+
+
+def _our_gradients(model, batch: dict) -> dict:
+    """Our gradient of the same loss for every trainable variable, under the HF key that holds it (Keras on TensorFlow)."""
+    import tensorflow as tf
+
+    with tf.GradientTape() as tape:
+        logits = model(batch)  # [B, T, V]
+        loss = tf.reduce_sum(logits * tf.constant(_loss_weights(tuple(logits.shape))))
+    found = [(names, variable, transpose) for names, variable, transpose in marian_weights.targets(model) if variable.trainable]
+    grads = tape.gradient(loss, [variable.value for _, variable, _ in found])
+    as_hf = {names: tf.convert_to_tensor(grad).numpy() for (names, _, _), grad in zip(found, grads, strict=True)}
+    return {names: as_hf[names].T if transpose else as_hf[names] for names, _, transpose in found}
+
+
+def gradient_errors(ours: dict, reference: dict) -> dict:
+    """Each tensor's gradient error relative to HF's largest value in it (ours keyed by HF names); a gradient that is
+    zero but for rounding (k_proj's bias: softmax ignores a shift of all scores) relative to 1e-6 of the largest of all."""
+    floor = 1e-6 * max(np.abs(grad).max() for grad in reference.values())
+    errors = {}
+    for names, grad in ours.items():
+        key = next(name for name in names if name in reference)
+        errors[key] = float(np.abs(grad - reference[key]).max() / max(np.abs(reference[key]).max(), floor))
+    assert len(errors) == len(reference), sorted(set(reference) - set(errors))
+    return errors
+
+
+def _pad_batch(pad: int) -> dict:
+    """The ragged batch with every target starting with pad (Marian's decoder_start_token_id), pads after the ends too."""
+    batch = _batch(pad)
+    batch["decoder_token_ids"][:, 0] = pad
+    return batch
+
+
+def test_gradients_equal_hfs_with_the_pad_row_frozen_in_lookups(folder):
+    """The pad id's looked-up vectors pass no gradient to the embedding (nn.Embedding(padding_idx)); the tied lm_head
+    still gives the pad row one: every gradient equals HF's in float64."""
+    batch = _pad_batch(_config(folder)["pad_token_id"])
+    errors = gradient_errors(_our_gradients(_ours(folder, "float64"), batch), _hf_gradients(_hf(folder, "float64"), batch))
+    print(f"{folder.name} gradients: max {max(errors.values()):.3g}")
+    assert max(errors.values()) < BOUNDS["float64"], errors
+
+
+def test_negative_control_a_lookup_without_the_pad_stop_misses_hfs_embedding_gradient(folder):
+    """The same model told no pad id (a plain Keras Embedding lookup): its embedding gradient differs from HF's."""
+    batch, config = _pad_batch(_config(folder)["pad_token_id"]), _config(folder)
+    naive = marian.MarianSeq2SeqLM(
+        marian.MarianBackbone(**{**marian.from_hf_config(config), "pad_token_id": None}, dtype="float64")
+    )
+    marian_weights.load_hf_weights(naive, load_file(folder / "model.safetensors"))
+    errors = gradient_errors(_our_gradients(naive, batch), _hf_gradients(_hf(folder, "float64"), batch))
+    embedding = [key for key in errors if "embed_tokens" in key or "shared" in key]
+    print(f"{folder.name} without the pad stop: {[errors[k] for k in embedding]}")
+    assert max(errors[k] for k in embedding) > 1e-6, errors

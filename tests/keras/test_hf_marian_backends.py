@@ -2,7 +2,9 @@
 backend) against transformers' MarianMTModel (eager attention, eval): the proof of tests/hf/test_marian_keras.py, one
 config (tied, swish, scaled embeddings, nonzero final_logits_bias) on a ragged padding batch: float64 within 1e-12 of
 the largest value (JAX with x64), float32 within 1e-5; the `.keras` round trip bit for bit. Negative control: Keras's
-type promotion as it ships (float64 demoted to float32 on these backends) misses the float64 bound."""
+type promotion as it ships (float64 demoted to float32 on these backends) misses the float64 bound.
+BART and mBART (tests/hf/test_bart_family_keras.py's folders) alike, with the offset-2 negative control and their
+`.keras` round trip."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import pytest
 import torch
 import transformers
 
+from tests.hf import test_bart_family_keras as bart_tests
 from tests.hf.test_marian_keras import BOUNDS, CONFIGS, _batch, _config, _errors, _hf, _hf_outputs, _numpy, _our_outputs, _ours
 from tf_impl.keras_compat import backends
 
@@ -67,3 +70,34 @@ def test_keras_file_round_trip_on_this_backend(folder, tmp_path):
     model.save(tmp_path / "marian.keras")
     loaded = keras.saving.load_model(tmp_path / "marian.keras")
     assert np.array_equal(_numpy(loaded(batch)), _numpy(model(batch)))
+
+
+@pytest.fixture(scope="module", params=["bart", "mbart"])
+def bart_folder(request, tmp_path_factory):
+    """A user's folder of a tiny random BART or mBART (tests/zoo/hf_models.py, nonzero final_logits_bias)."""
+    return bart_tests._save(request.param, tmp_path_factory.mktemp(request.param))
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_ours_computes_hf_bart_and_mbart_on_this_backend(bart_folder, dtype):
+    """BART's learned positions (offset 2), layernorm_embedding and mBART's pre-norm on this backend: logits and both
+    last hidden states within the dtype's bound of HF's."""
+    model = bart_tests._ours(bart_folder, dtype)
+    errors = bart_tests._compare(bart_folder, model, dtype=dtype)
+    print(f"{BACKEND} {bart_folder.name} {dtype}: {errors}")
+    assert max(errors.values()) < BOUNDS[dtype], errors
+
+
+def test_negative_control_bart_positions_without_the_offset_on_this_backend(bart_folder):
+    model = bart_tests._ours(bart_folder, "float64")
+    bart_tests._no_offset(model)
+    errors = bart_tests._compare(bart_folder, model)
+    assert errors["logits"] > BOUNDS["float64"], errors
+
+
+def test_bart_keras_file_round_trip_on_this_backend(bart_folder, tmp_path):
+    model, batch = bart_tests._ours(bart_folder, "float64"), bart_tests._batch(bart_tests._pad(bart_folder))
+    model.save(tmp_path / "model.keras")
+    loaded = keras.saving.load_model(tmp_path / "model.keras")
+    assert np.array_equal(_numpy(loaded(batch)), _numpy(model(batch)))
+    assert loaded.backbone.get_config()["hf_config"] == model.backbone.get_config()["hf_config"]

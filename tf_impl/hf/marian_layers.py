@@ -1,6 +1,7 @@
-"""Keras 3 layers computing transformers' models/marian/modeling_marian.py (5.23) in keras.ops, eager attention.
+"""Keras 3 layers computing transformers' (5.23) BART family in keras.ops, eager attention: models/bart/modeling_bart.py,
+and marian/ and mbart/ ("Copied from bart": post-norm BART and Marian, pre-norm mBART). The Marian names are kept.
 
-Legend: B batch, S source length, T target length, E d_model, F ffn dim, N heads, V vocabulary.
+Legend: B batch, S source length, T target length, E d_model, F ffn dim, N heads, P positions, V vocabulary.
 Plain keras.ops (no keras-hub layers) so every product and every mask value is HF's and runs on TF, JAX and torch.
 """
 
@@ -82,6 +83,25 @@ class MarianPositions(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package="rosetta_hf")
+class LearnedPositions(keras.layers.Layer):
+    """modeling_bart.py's BartLearnedPositionalEmbedding (mBART's alike): a table of max_position_embeddings + 2 rows,
+    position i read from row i + 2 (fairseq's offset, kept by HF): [S, E] for a sequence [B, S, E]."""
+
+    def __init__(self, max_positions: int, dim: int, offset: int = 2, **kwargs):
+        super().__init__(**kwargs)
+        self.max_positions, self.dim, self.offset = max_positions, dim, offset
+        initializer = keras.initializers.RandomNormal(stddev=0.02)  # BartPreTrainedModel._init_weights: init_std
+        self.embeddings = self.add_weight(shape=(max_positions + 2, dim), initializer=initializer, name="embeddings")
+
+    def call(self, embeddings):
+        length = ops.shape(embeddings)[1]
+        return ops.take(self.embeddings, ops.arange(length) + self.offset, axis=0)  # [S, E]
+
+    def get_config(self):
+        return {**super().get_config(), "max_positions": self.max_positions, "dim": self.dim, "offset": self.offset}
+
+
+@keras.saving.register_keras_serializable(package="rosetta_hf")
 class MarianAttention(keras.layers.Layer):
     """MarianAttention + eager_attention_forward: (q k^T) * head_dim**-0.5, additive mask, softmax, v, out_proj."""
 
@@ -115,14 +135,16 @@ class MarianAttention(keras.layers.Layer):
         return {**super().get_config(), "dim": self.dim, "heads": self.heads, "dropout": self.dropout_rate}
 
 
-class _PostNormBlocks(keras.layers.Layer):
-    """What Marian's encoder and decoder layers share: post-norm residuals and the feed-forward block."""
+class _Blocks(keras.layers.Layer):
+    """What the encoder and decoder layers share: the residual sublayers (post-norm as BART and Marian, pre-norm as
+    mBART's normalize_before) and the feed-forward block."""
 
     def __init__(self, dim: int, heads: int, ffn_dim: int, activation: str, dropout: float = 0.0, epsilon: float = 1e-5,
-                 attention_dropout: float = 0.0, activation_dropout: float = 0.0, **kwargs):  # fmt: skip
+                 attention_dropout: float = 0.0, activation_dropout: float = 0.0, normalize_before: bool = False,
+                 **kwargs):  # fmt: skip
         super().__init__(**kwargs)
         self.dim, self.heads, self.ffn_dim, self.activation = dim, heads, ffn_dim, activation
-        self.dropout_rate, self.epsilon = dropout, epsilon
+        self.dropout_rate, self.epsilon, self.normalize_before = dropout, epsilon, normalize_before
         self.attention_dropout, self.activation_dropout = attention_dropout, activation_dropout
         self.activation_fn = ACTIVATIONS[activation]
         self.fc1 = keras.layers.Dense(ffn_dim, dtype=self.dtype_policy, name="fc1")
@@ -143,23 +165,37 @@ class _PostNormBlocks(keras.layers.Layer):
     def _norm(self, name: str):
         return keras.layers.LayerNormalization(epsilon=self.epsilon, dtype=self.dtype_policy, name=name)
 
-    def _residual(self, x, update, norm, training):
-        return norm(x + self.dropout(update, training=training))  # [B, L, E]: post-norm, as BART and Marian
+    def _sublayer(self, x, norm, update, training):
+        """Pre-norm x + dropout(update(norm(x))) (mBART), else post-norm norm(x + dropout(update(x))) (BART, Marian)."""
+        if self.normalize_before:
+            return x + self.dropout(update(norm(x)), training=training)  # [B, L, E]
+        return norm(x + self.dropout(update(x), training=training))  # [B, L, E]
 
     def _feed_forward(self, x, training):
-        """fc1, activation, activation_dropout (HF drops between the two products), fc2, then dropout and the norm."""
-        hidden = self.activation_dropout_layer(self.activation_fn(self.fc1(x)), training=training)  # [B, L, F]
-        update = self.fc2(hidden)  # [B, L, E]
-        return self._residual(x, update, self.final_layer_norm, training)
+        """fc1, activation, activation_dropout (HF drops between the two products), fc2; then dropout and the residual."""
+
+        def update(h):
+            return self.fc2(self.activation_dropout_layer(self.activation_fn(self.fc1(h)), training=training))  # [B, L, E]
+
+        return self._sublayer(x, self.final_layer_norm, update, training)
 
     def get_config(self):
-        names = ("dim", "heads", "ffn_dim", "activation", "epsilon", "attention_dropout", "activation_dropout")
+        names = (
+            "dim",
+            "heads",
+            "ffn_dim",
+            "activation",
+            "epsilon",
+            "attention_dropout",
+            "activation_dropout",
+            "normalize_before",
+        )
         return {**super().get_config(), **{n: getattr(self, n) for n in names}, "dropout": self.dropout_rate}
 
 
 @keras.saving.register_keras_serializable(package="rosetta_hf")
-class MarianEncoderLayer(_PostNormBlocks):
-    """MarianEncoderLayer: self-attention, then the feed-forward block, each added then normed."""
+class MarianEncoderLayer(_Blocks):
+    """Marian/Bart/MBartEncoderLayer: self-attention, then the feed-forward block, each a residual sublayer."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -172,13 +208,13 @@ class MarianEncoderLayer(_PostNormBlocks):
         self._build_feed_forward(x_shape)
 
     def call(self, x, mask, training=False):
-        x = self._residual(x, self.self_attn(x, x, mask, training=training), self.self_attn_layer_norm, training)  # [B, S, E]
+        x = self._sublayer(x, self.self_attn_layer_norm, lambda h: self.self_attn(h, h, mask, training=training), training)
         return self._feed_forward(x, training)  # [B, S, E]
 
 
 @keras.saving.register_keras_serializable(package="rosetta_hf")
-class MarianDecoderLayer(_PostNormBlocks):
-    """MarianDecoderLayer: causal self-attention, cross-attention on the encoder, feed-forward; each post-normed."""
+class MarianDecoderLayer(_Blocks):
+    """Marian/Bart/MBartDecoderLayer: causal self-attention, cross-attention on the encoder, feed-forward."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -193,12 +229,22 @@ class MarianDecoderLayer(_PostNormBlocks):
         self._build_feed_forward(x_shape)
 
     def call(self, x, self_mask, encoder_output, cross_mask, training=False):
-        x = self._residual(x, self.self_attn(x, x, self_mask, training=training), self.self_attn_layer_norm, training)
-        cross = self.encoder_attn(x, encoder_output, cross_mask, training=training)  # [B, T, E]
-        x = self._residual(x, cross, self.encoder_attn_layer_norm, training)  # [B, T, E]
+        x = self._sublayer(x, self.self_attn_layer_norm, lambda h: self.self_attn(h, h, self_mask, training=training), training)
+        cross = lambda h: self.encoder_attn(h, encoder_output, cross_mask, training=training)  # noqa: E731  [B, T, E]
+        x = self._sublayer(x, self.encoder_attn_layer_norm, cross, training)  # [B, T, E]
         return self._feed_forward(x, training)  # [B, T, E]
 
 
+def pad_row_lookup(embedding, tokens, pad_token_id):
+    """nn.Embedding(padding_idx=pad)'s lookup: the pad id's vectors pass no gradient to the table (HF's encoder and
+    decoder embed_tokens); only the looked-up copies stop, so a tied lm_head still trains that row, as in HF."""
+    x = embedding(tokens)  # [B, L, E]
+    if pad_token_id is None:
+        return x
+    is_pad = ops.expand_dims(ops.equal(tokens, pad_token_id), -1)  # [B, L, 1]
+    return ops.where(is_pad, ops.stop_gradient(x), x)  # [B, L, E]
+
+
 def embed_scale(dim: int, scale_embedding: bool) -> float:
-    """MarianEncoder/MarianDecoder's embed_scale: sqrt(d_model) when scale_embedding, else 1."""
+    """Marian/Bart/MBart's encoder and decoder embed_scale: sqrt(d_model) when scale_embedding, else 1."""
     return math.sqrt(dim) if scale_embedding else 1.0

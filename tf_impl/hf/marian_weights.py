@@ -1,4 +1,5 @@
-"""HF's MarianMTModel state dict (numpy arrays, keys as MarianMTModel.state_dict()) into our Keras MarianSeq2SeqLM.
+"""HF's state dict of the BART family (numpy arrays, keys as MarianMTModel's, BartForConditionalGeneration's and
+MBartForConditionalGeneration's state_dict()) into our Keras Seq2SeqLM of it (tf_impl/hf/bart_family.py), and out.
 
 Strict: every variable set, every key used, shapes checked; tied keys (HF writes a tied matrix once, state_dict()
 repeats it) may name the shared matrix under any of their names, and must agree where repeated.
@@ -6,6 +7,7 @@ repeats it) may name the shared matrix under any of their names, and must agree 
 
 from __future__ import annotations
 
+import keras
 import numpy as np
 
 # torch nn.Linear weight [out, in] -> Keras Dense kernel [in, out]; LayerNorm weight -> gamma
@@ -45,10 +47,25 @@ def _embedding_targets(model) -> list:
             (("model.decoder.embed_tokens.weight", "lm_head.weight"), decoder, False)]  # fmt: skip
 
 
+def _norm_targets(backbone) -> list:
+    """BART's learned positions, layernorm_embedding (BART, mBART) and the final layer_norm (mBART), where present."""
+    found = []
+    for side in ("encoder", "decoder"):
+        positions = getattr(backbone, f"{side}_embed_positions")
+        if backbone.arguments.get("positions") == "learned":
+            found.append(((f"model.{side}.embed_positions.weight",), positions.embeddings, False))
+        for name in ("layernorm_embedding", "layer_norm"):
+            norm = getattr(backbone, f"{side}_{name}", None)
+            if norm is not None:
+                found += [((f"model.{side}.{name}.{k}",), getattr(norm, v), t) for k, (v, t) in NORM.items()]
+    return found
+
+
 def targets(model) -> list:
-    """Every variable of `model` (a MarianSeq2SeqLM) with the HF keys that hold it."""
+    """Every variable of `model` (a Seq2SeqLM of the BART family) with the HF keys that hold it."""
     backbone = model.backbone
     found = _embedding_targets(model) + [(("final_logits_bias",), model.final_logits_bias.bias, False)]
+    found += _norm_targets(backbone)
     for i, layer in enumerate(backbone.encoder_layers):
         found += _layer_targets(f"model.encoder.layers.{i}", layer, ("self_attn",))
     for i, layer in enumerate(backbone.decoder_layers):
@@ -59,6 +76,8 @@ def targets(model) -> list:
 def _tables(model) -> dict:
     """HF's sinusoidal tables: in state_dict() (not in saved files); checked against ours, never loaded."""
     backbone = model.backbone
+    if backbone.arguments.get("positions", "sinusoidal") != "sinusoidal":
+        return {}
     return {f"model.{side}.embed_positions.weight": getattr(backbone, f"{side}_embed_positions").table
             for side in ("encoder", "decoder")}  # fmt: skip
 
@@ -87,7 +106,7 @@ def _check_tables(model, state: dict, problems: list) -> None:
 
 
 def load_hf_weights(model, state: dict) -> None:
-    """Set every variable of a MarianSeq2SeqLM from HF's state dict; one ValueError listing every problem."""
+    """Set every variable of a Seq2SeqLM of the family from HF's state dict; one ValueError listing every problem."""
     problems, assignments, used = [], [], set(_tables(model))
     for names, variable, transpose in targets(model):
         used.update(names)
@@ -99,6 +118,18 @@ def load_hf_weights(model, state: dict) -> None:
     problems += [f"no HF key for the model's variable {v.path}" for v in model.weights if id(v) not in mapped]
     _check_tables(model, state, problems)
     if problems:
-        raise ValueError("HF Marian state dict does not fit the model:\n  " + "\n  ".join(problems))
+        family = type(model).__name__.removesuffix("Seq2SeqLM")
+        raise ValueError(f"HF {family} state dict does not fit the model:\n  " + "\n  ".join(problems))
     for variable, value in assignments:
         variable.assign(value.astype(variable.dtype))
+
+
+def hf_state(model) -> dict:
+    """HF's whole state_dict() of the model as numpy in the model's dtype: each tied key repeated, Marian's sinusoid
+    tables (HF's buffers, never saved) and final_logits_bias included; load_hf_weights reads it back bit for bit."""
+    state = {}
+    for names, variable, transpose in targets(model):
+        value = np.asarray(keras.ops.convert_to_numpy(variable))
+        state |= dict.fromkeys(names, value.T if transpose else value)
+    dtype = keras.backend.standardize_dtype(model.backbone.compute_dtype)
+    return state | {key: table.astype(dtype) for key, table in _tables(model).items()}
