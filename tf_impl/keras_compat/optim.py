@@ -1,6 +1,7 @@
 """Optimisation pieces Keras lacks for following PyTorch exactly (stack-specific: torch has them built in).
 
-`TorchAdam` is torch.optim.Adam's update rule; `clip_grad_norm` is torch.nn.utils.clip_grad_norm_.
+`TorchAdam` is torch.optim.Adam's update rule, `TorchAdamW` torch.optim.AdamW's; `clip_grad_norm` is
+torch.nn.utils.clip_grad_norm_.
 `make_optimizer` also offers stock Keras Adam and per-variable `clipnorm`, so the drift they cause can
 be measured (shared.verify.training.TrainSpec names them).
 """
@@ -152,6 +153,32 @@ class TorchAdam(TorchClipping, keras.optimizers.Optimizer):
         config = super().get_config()
         exact = {"learning_rate": self.torch_lr}  # the Python float, not the float32 variable's value
         return {**config, **exact, "beta_1": self.beta_1, "beta_2": self.beta_2, "epsilon": self.epsilon}
+
+
+@keras.saving.register_keras_serializable(package="rosetta")
+class TorchAdamW(TorchAdam):
+    """torch.optim.AdamW: decoupled weight decay as torch applies it, `p *= 1 - lr * weight_decay` before TorchAdam's
+    step (torch's default weight_decay 0.01). Keras's AdamW decays by `p - p * wd * lr` with its float32 learning
+    rate, then steps by its "epsilon hat": not torch's. `exclude_from_weight_decay` works as on any Keras optimizer
+    (torch's parameter groups with weight_decay 0)."""
+
+    def __init__(self, learning_rate=1e-3, beta_1=0.9, beta_2=0.999, epsilon=1e-8, weight_decay=1e-2, name="torch_adamw",
+                 **kwargs):  # fmt: skip
+        if isinstance(weight_decay, bool) or not isinstance(weight_decay, (int, float)) or not weight_decay >= 0:
+            raise ValueError(f"weight_decay must be a number >= 0 (torch.optim.AdamW's), got {weight_decay!r}")
+        # Keras's own weight decay stays off (its rule is not torch's): update_step decays
+        super().__init__(learning_rate, beta_1, beta_2, epsilon, name=name, **kwargs)
+        self.torch_weight_decay = float(weight_decay)
+
+    def update_step(self, gradient, variable, learning_rate):
+        if self.torch_weight_decay and self._use_weight_decay(variable):
+            # 1 - lr * wd in Python floats, as torch's, then cast
+            keep = ops.convert_to_tensor(1.0 - self.torch_lr * self.torch_weight_decay, variable.dtype)
+            self.assign(variable, variable * keep)
+        super().update_step(gradient, variable, learning_rate)
+
+    def get_config(self):
+        return {**super().get_config(), "weight_decay": self.torch_weight_decay}
 
 
 def clip_grad_norm(gradients: list, max_norm: float | None) -> tuple[list, object]:
