@@ -56,10 +56,15 @@ def read_config(folder: Path) -> tuple[dict, str]:
     path = folder / "config.json"
     if not path.is_file():
         raise ValueError(f"{path}: no config.json in the folder (a Hugging Face model folder has one)")
+    return read_config_file(path)
+
+
+def read_config_file(path: Path) -> tuple[dict, str]:
+    """A config.json file's dict and its model_type (any file name: `rosetta port --config`)."""
     try:
-        config = json.loads(path.read_text())
-    except (ValueError, UnicodeDecodeError) as error:
-        raise ValueError(f"{path}: not JSON ({error})") from None
+        config = json.loads(Path(path).read_text())
+    except (OSError, ValueError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path}: not JSON, or not readable ({error})") from None
     if not isinstance(config, dict):
         raise ValueError(f"{path}: not a JSON object")
     return config, _model_type(config, str(path))
@@ -146,6 +151,15 @@ def _loaded(stored: dict[str, np.ndarray], config: dict, model_type: str) -> dic
     return arrays
 
 
+def state_dict(stored: dict[str, np.ndarray], config: dict, shown: str) -> dict[str, np.ndarray]:
+    """Arrays as a file holds them (HF's keys: a folder's weights, a `.pt` or `.safetensors` state_dict) as the
+    model's whole state_dict, checked against `config`; one ValueError naming `shown`."""
+    model_type = _model_type(config, shown)
+    arrays = _loaded(stored, config, model_type)
+    check_arrays(arrays, config, model_type, shown)
+    return arrays
+
+
 def read_folder(path) -> HfFolder:
     """A Hugging Face seq2seq folder's config and its model's every state_dict array; a bad folder is one ValueError
     naming the file and the problem."""
@@ -154,8 +168,7 @@ def read_folder(path) -> HfFolder:
         raise ValueError(f"{folder}: not a folder (a Hugging Face model folder holds config.json and the weights)")
     config, model_type = read_config(folder)
     stored, files = read_weights(folder)
-    arrays = _loaded(stored, config, model_type)
-    check_arrays(arrays, config, model_type, str(folder / files[0]))
+    arrays = state_dict(stored, config, str(folder / files[0]))
     return HfFolder(config=config, model_type=model_type, arrays=arrays, files=["config.json", *files])
 
 

@@ -14,7 +14,7 @@ from shared.failures import shown
 from shared.io import atomic
 from shared.io.sources import source_parts
 from shared.port import layouts
-from shared.port.formats import ALL, FORMATS, READ_ONLY, SAVED_MODEL, Format, detect, shown_by
+from shared.port.formats import ALL, FORMATS, PRETRAINED_ONLY, READ_ONLY, SAVED_MODEL, Format, detect, shown_by
 from shared.port.layouts import KeyMap
 
 
@@ -52,7 +52,7 @@ def endpoint(text, named: str | None = None, key_map: str | None = None, destina
         fmt = ALL[named]
     elif named is not None:
         if named not in layouts.presets():
-            known = ", ".join([*FORMATS, *READ_ONLY, *layouts.presets()])
+            known = ", ".join([*FORMATS, *READ_ONLY, *PRETRAINED_ONLY, *layouts.presets()])
             flag = "--to" if destination else "--from"
             raise ValueError(f"{flag} {shown(named)} is neither a format nor a preset; known: {known}")
         layout = layouts.preset(named)

@@ -23,6 +23,21 @@ CONFIG_LIMIT = 2**20  # bytes of a `.keras` file's config.json read: a catalogue
 def keras_config(path: Path) -> dict | None:
     """The config of the model a `.keras` file holds (its config.json's "config"), read within CONFIG_LIMIT; None for
     a file that is no zip or holds no config.json (Keras's reader says why); one line where it is not JSON."""
+    outer = _keras_archive_config(path)
+    if outer is None:
+        return None
+    inner = outer.get("config")
+    return inner if isinstance(inner, dict) else {}
+
+
+def keras_registered_name(path: Path) -> str | None:
+    """The name the model class of a `.keras` file is registered under ("package>Class"), None where it names none."""
+    outer = _keras_archive_config(path)
+    found = (outer or {}).get("registered_name") or (outer or {}).get("class_name")
+    return found if isinstance(found, str) else None
+
+
+def _keras_archive_config(path: Path) -> dict | None:
     try:
         with zipfile.ZipFile(path) as archive, archive.open("config.json") as stream:
             text = stream.read(CONFIG_LIMIT + 1)
@@ -34,8 +49,7 @@ def keras_config(path: Path) -> dict | None:
         config = json.loads(text)
     except (ValueError, RecursionError) as error:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         raise ValueError(f"{path}: its config.json is not JSON ({clip(str(error))})") from None
-    inner = config.get("config") if isinstance(config, dict) else None
-    return inner if isinstance(inner, dict) else {}
+    return config if isinstance(config, dict) else {}
 
 
 def saved_config(path: Path, saved: dict, name: str, config: dict, overrides: dict, shapes: dict) -> dict:

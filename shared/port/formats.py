@@ -26,14 +26,15 @@ class Format:
     whole_model: it names its own model, config and weights (a `.keras` file: the user's model runs on it);
     by_path: read by attribute path through a model of the same structure (TensorFlow's checkpoint reader);
     in_parts: a source may come in parts (`encoder=PATH,decoder=PATH`); folder: written as a folder; writable: a
-    port writes it (a SavedModel is read only);
+    port writes it (a SavedModel is read only); pretrained: it holds Hugging Face models only (a port of it is
+    the pretrained pipeline's, shared/port/pretrained.py);
     own_stack: the stack a user's own model in it is loaded by (None: no own models in it)."""
 
     name: str
     suffix: str
     stack: str | None  # the stack that reads and writes it; None: either (canonical safetensors)
     description: str
-    keyed = whole_model = by_path = in_parts = folder = False
+    keyed = whole_model = by_path = in_parts = folder = pretrained = False
     writable = True
     own_stack: str | None = None
 
@@ -264,20 +265,37 @@ class SavedModel(_ReadByPath):
         return is_saved_model(path)
 
 
+class HfFolder(Format):
+    """A Hugging Face model folder (config.json, model.safetensors or its shards, the tokenizer's files), read and
+    written by shared/hf/folders.py; its models are ported by the pretrained pipeline (shared/port/pretrained.py),
+    never as a catalogue model. Told by its config.json as a source; named `--to hf` as a destination."""
+
+    name, suffix, stack, description = "hf", "a folder (--to hf)", "torch", "Hugging Face model folder"
+    folder = whole_model = pretrained = True
+
+    def shows(self, path):
+        return False
+
+    def detect(self, path, destination):
+        return not destination and (path / "config.json").is_file()
+
+
+# the formats of the catalogue's models (written and read); read only; Hugging Face's models only
 FORMATS: dict[str, Format] = {
     fmt.name: fmt for fmt in (TorchFile(), SafetensorsFile(), KerasWeightsFile(), KerasFile(), TfCheckpoint())
 }
 READ_ONLY: dict[str, Format] = {"saved_model": SavedModel()}
+PRETRAINED_ONLY: dict[str, Format] = {"hf": HfFolder()}
 SAVED_MODEL = READ_ONLY["saved_model"]
-ALL = {**FORMATS, **READ_ONLY}
+ALL = {**FORMATS, **READ_ONLY, **PRETRAINED_ONLY}
 
 
 def detect(path: Path, destination: bool) -> Format:
     """The format `path`'s name (or, for a TF checkpoint or SavedModel folder, what lies there) shows."""
-    for fmt in (SAVED_MODEL, *FORMATS.values()):
+    for fmt in (SAVED_MODEL, *FORMATS.values(), *PRETRAINED_ONLY.values()):
         if fmt.detect(path, destination):
             return fmt  # a SavedModel named as a destination is refused by the endpoint, saying why
-    known = ", ".join(f"{fmt.suffix} ({fmt.description})" for fmt in FORMATS.values())
+    known = ", ".join(f"{fmt.suffix} ({fmt.description})" for fmt in (*FORMATS.values(), *PRETRAINED_ONLY.values()))
     known += "" if destination else ", or pass a SavedModel folder (saved_model.pb, variables/)"
     flag = "--to" if destination else "--from"
     raise ValueError(f"{path}: cannot tell the format from the file name; name it {known}, or pass {flag}")

@@ -29,7 +29,7 @@ from shared import catalogue, stacks
 from shared.core import optimizer_state
 from shared.failures import shown
 from shared.io import atomic
-from shared.port import ambiguity, loading, references
+from shared.port import ambiguity, loading, pretrained, references
 from shared.port.conversion import convert, verify  # your own model: the public converter (shared/port/conversion.py)
 from shared.port.endpoints import Endpoint, check_destination, endpoint, move_into_place, named_model, staged_beside
 from shared.port.formats import FORMATS, Format
@@ -92,7 +92,8 @@ class PortReport:
 
 def port(source, destination, model: str | None = None, to: str | None = None, force: bool = False,
          overrides: dict | None = None, inputs=None, dtype: str | None = None, with_optimizer: bool = False,
-         source_format: str | None = None, key_map: str | None = None, reference: str | None = None) -> PortReport:  # fmt: skip
+         source_format: str | None = None, key_map: str | None = None, reference: str | None = None,
+         config: str | None = None, tokenizer: str | None = None) -> PortReport | pretrained.PretrainedReport:  # fmt: skip
     """Port `source` to `destination` for catalogue model `model` (or the layout's); verify; move into place
     if it verifies. The stages: parse the two ends (shared.port.endpoints) -> read the source through its format
     and map it through its layout onto canonical arrays (shared.port.stages, shared.port.formats) -> map them into
@@ -105,11 +106,19 @@ def port(source, destination, model: str | None = None, to: str | None = None, f
         reference: `MODULE:CALLABLE`, the user's model to verify against (shared.port.references).
         dtype: the precision of the written file (default: the source's).
         with_optimizer: port Adam's moments and step counter too, compared exactly after reading back.
+        config, tokenizer: a Hugging Face model's config.json and tokenizer folder (shared.port.pretrained: a HF
+            folder at either end, or a `.keras` file of one of its families, is ported by that pipeline).
 
     Raises ValueError for a request that cannot be carried out (unknown model, format or layout, a file of
     another model, an unreadable file, an existing destination without `force`).
     """
     src, dst = endpoint(source, source_format, key_map), endpoint(destination, to, destination=True)  # parse
+    if pretrained.is_pretrained(src, dst, config):
+        _check_pretrained_flags(model=model, key_map=key_map, reference=reference, inputs=inputs, overrides=overrides,
+                                with_optimizer=with_optimizer)  # fmt: skip
+        return pretrained.port(source, destination, to, source_format, force, dtype, config, tokenizer)
+    if tokenizer is not None:
+        raise ValueError("--tokenizer names the tokenizer a Hugging Face folder carries: write one with --to hf")
     name = _model_name(model, src, src.layout, dst.layout)
     check_destination(src, dst, force)
     names = _stacks_for(src.format, dst.format)  # (source's, destination's): may be the same
@@ -137,6 +146,14 @@ def port(source, destination, model: str | None = None, to: str | None = None, f
         if report.ok:
             move_into_place(staged, dst.path, force)  # place
         return report
+
+
+def _check_pretrained_flags(**flags) -> None:
+    """A Hugging Face model names its own architecture: the catalogue's flags do not apply to it."""
+    given = [f"--{name.replace('_', '-').replace('overrides', 'set')}" for name, value in flags.items() if value]
+    if given:
+        raise ValueError(f"{', '.join(given)}: for the catalogue's models; a Hugging Face model's config.json names its "
+                         "architecture (--config for a file that names none)")  # fmt: skip
 
 
 def _model_name(model: str | None, src: Endpoint, *ends: KeyMap) -> str:
@@ -287,9 +304,11 @@ def load_inputs(path) -> dict[str, np.ndarray]:
         raise ValueError(f"{path}: not a readable .npz batch ({error})") from None
 
 
-def render(report: PortReport) -> str:
+def render(report: PortReport | pretrained.PretrainedReport) -> str:
     """What `rosetta port` prints: the port, its layouts and config, each check (one line per component), the
     verdict, and the line that loads the written file into the model it computes."""
+    if isinstance(report, pretrained.PretrainedReport):
+        return report.render()
     lines = [
         f"{report.source.describe()} -> {report.destination.describe()}: model {report.model}, "
         f"{report.weights} weights, {report.values:,} values",

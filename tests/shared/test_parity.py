@@ -25,7 +25,9 @@ STACK_SPECIFIC = ("tf_impl/keras_compat/", "tf_impl/checkpoints.py", "tf_impl/ob
                   "torch_impl/distributed.py", "tf_impl/distributed.py",
                   "torch_impl/cuda_graphs.py",  # torch's step replayed as a CUDA graph (XLA compiles Keras's)
                   "torch_impl/inductor_ops.py",  # Inductor's slow CPU tanh in another form (XLA's is fast)
-                  "tf_impl/hf/")  # fmt: skip  # Hugging Face's models in Keras: their torch twin is transformers' own
+                  # Hugging Face's models in Keras: their torch twin is transformers' own; each stack's hf/families.py
+                  # (what a port calls) is checked against its Protocol in shared/stacks.py
+                  "tf_impl/hf/", "torch_impl/hf/")  # fmt: skip
 FRAMEWORK_METHODS = {"forward": "call"}  # the call method is the only name the frameworks decide
 # torch's training step is its own loop (forward, clipping, Adam); Keras's is Keras's own (`fit`'s step), on the model
 # compiled with TorchAdam: `keras_model`
