@@ -16,7 +16,7 @@ import keras
 import numpy as np
 from keras.src.models.functional import Functional
 
-from shared.core.canonical import RULES
+from shared.core.canonical import RULES, LeafRule
 from shared.core.leaves import Leaf, map_inputs, positional, shortest_paths, state_block_facts
 from tf_impl.keras_compat.backends import check_dtype, exact_float64, float64_policy
 from tf_impl.keras_compat.layers import TorchLSTM, TorchLSTMCell, TorchRNNCell
@@ -147,6 +147,8 @@ def _children(layer) -> list[tuple[str, object]]:
 
 def _units(layer, path: str, rules) -> list[Leaf] | None:
     """The leaves `layer` is, or None where it is not a leaf."""
+    if isinstance(layer, keras.layers.MultiHeadAttention):
+        return [_attention_leaf(path, layer, rules)]
     simple = _simple(layer)
     if simple is not None:
         kind, variables, facts = simple
@@ -170,6 +172,89 @@ def _units(layer, path: str, rules) -> list[Leaf] | None:
     return None
 
 
+_QKV = ("query", "key", "value")
+
+
+def _attention_leaf(path: str, layer, rules) -> Leaf:
+    """A MultiHeadAttention as one leaf (nn.MultiheadAttention's rule; where torch's cannot compute it, a leaf that
+    refuses saying why), split where the other model has none (shared.port.pairing): its q, k, v and output
+    projections as Dense layers hold them, or q, k, v packed in one `[in, 3 * heads * head_dim]` (nanoGPT's c_attn)."""
+    facts = {"heads": layer.num_heads, "bias": bool(layer.use_bias)}
+    name = f"MultiHeadAttention, {layer.num_heads} heads of {layer.key_dim}"
+    try:
+        whole = _leaf(path, "multi_head_attention", name, attention_variables(layer), rules["multi_head_attention"], facts)
+    except ValueError as refused:
+        whole = Leaf(path, "multi_head_attention", name, {}, facts, _refuse(str(refused)), _refuse(str(refused)),
+                     handles=list(layer.weights), refusal=str(refused))  # fmt: skip
+    if layer.attention_axes in (None, (1,), [1]) and not getattr(layer, "_use_gate", False):  # else whole or refused
+        whole.splits = _attention_splits(path, name, layer, rules["linear"])
+    return whole
+
+
+def _attention_splits(path: str, name: str, layer, linear: LeafRule) -> list[list[Leaf]]:
+    """The MultiHeadAttention's projections as Dense layers: q, k, v and output apart; and where q, k and v read one
+    width, q, k, v packed in one (nanoGPT's c_attn) and the output."""
+    dense = {"query": layer._query_dense, "key": layer._key_dense, "value": layer._value_dense, "output": layer._output_dense}
+    flat = {part: _flat_shape(part, tuple(d.kernel.shape)) for part, d in dense.items()}
+    parts = [
+        _leaf(f"{path}.{part}", "linear", f"{name}: its {part} projection", present(kernel=d.kernel, bias=d.bias),
+              _flat_rule(linear, {"kernel": flat[part], "bias": (flat[part][1],)}), {"bias": d.bias is not None})
+        for part, d in dense.items()
+    ]  # fmt: skip
+    if not flat["query"] == flat["key"] == flat["value"]:
+        return [parts]
+    packed = {f"{part}_{kind}": getattr(dense[part], kind) for part in _QKV for kind in ("kernel", "bias")}
+    qkv = _leaf(f"{path}.qkv", "linear", f"{name}: its q, k, v projections packed", present(**packed),
+                _packed_rule(linear, flat["query"]), {"bias": layer.use_bias})  # fmt: skip
+    return [parts, [qkv, parts[-1]]]
+
+
+def _refuse(message: str):
+    def refuse(*arrays):
+        raise ValueError(message)
+
+    return refuse
+
+
+def _flat_shape(part: str, shape: tuple) -> tuple[int, int]:
+    """A projection's kernel as a Dense's: `[in, heads, head_dim]` as `[in, heads * head_dim]` (row-major: head h owns
+    features h*D .. h*D + D-1, torch's view to `[B, T, H, D]`), the output's `[heads, head_dim, out]` as
+    `[heads * head_dim, out]`."""
+    if part == "output":
+        return int(np.prod(shape[:-1])), shape[-1]
+    return shape[0], int(np.prod(shape[1:]))
+
+
+def _flat_rule(linear: LeafRule, flat: dict[str, tuple]) -> LeafRule:
+    """The linear rule over variables read at their Dense shapes (`flat`); a write is reshaped back by _leaf."""
+
+    def from_keras(arrays: Mapping[str, np.ndarray]) -> dict:
+        return linear.from_keras({name: np.reshape(array, flat[name]) for name, array in arrays.items()})
+
+    return LeafRule("linear", linear.to_keras, from_keras)
+
+
+def _packed_rule(linear: LeafRule, flat: tuple[int, int]) -> LeafRule:
+    """q, k, v as one Dense of `[in, 3 * heads * head_dim]`: the query's features first, then the key's, the value's
+    (nanoGPT's `q, k, v = self.c_attn(x).split(n_embd, dim=2)`)."""
+    names = _QKV
+
+    def from_keras(arrays: Mapping[str, np.ndarray]) -> dict:
+        joined = {"kernel": np.concatenate([np.reshape(arrays[f"{n}_kernel"], flat) for n in names], axis=1)}  # [in, 3HD]
+        if "query_bias" in arrays:
+            joined["bias"] = np.concatenate([np.reshape(arrays[f"{n}_bias"], -1) for n in names])  # [3HD]
+        return linear.from_keras(joined)
+
+    def to_keras(canon: Mapping[str, np.ndarray]) -> dict:
+        keras_arrays = linear.to_keras(canon)
+        split = {f"{n}_kernel": kernel for n, kernel in zip(names, np.split(keras_arrays["kernel"], 3, axis=1), strict=True)}
+        if "bias" in keras_arrays:
+            split.update({f"{n}_bias": bias for n, bias in zip(names, np.split(keras_arrays["bias"], 3), strict=True)})
+        return split
+
+    return LeafRule("linear", to_keras, from_keras)
+
+
 def _loop_facts(layer) -> dict:
     """The direction of a recurrent layer (an RNN, or a Bidirectional: its forward layer's, and its merge mode)."""
     if isinstance(layer, keras.layers.Bidirectional):
@@ -189,8 +274,6 @@ def _simple(layer) -> tuple[str, dict, dict] | None:
     if isinstance(layer, keras.layers.LayerNormalization):
         facts = {"eps": float(layer.epsilon), "normalized axes": _normalized_axes(layer), "rms scaling": bool(layer.rms_scaling)}
         return "layer_norm", present(gamma=layer.gamma, beta=layer.beta), facts
-    if isinstance(layer, keras.layers.MultiHeadAttention):
-        return "multi_head_attention", attention_variables(layer), {"heads": layer.num_heads, "bias": bool(layer.use_bias)}
     if isinstance(layer, keras.layers.Conv1D):
         facts = {"stride": layer.strides[0], "dilation": layer.dilation_rate[0], "groups": layer.groups, "padding": layer.padding,
                  "bias": layer.bias is not None}  # fmt: skip

@@ -65,8 +65,17 @@ def leaf(layer) -> tuple[str, dict] | None:
 
 def attention_variables(layer) -> dict:
     """A MultiHeadAttention's variables by the rule's names; ValueError for what nn.MultiheadAttention cannot
-    compute: heads x key_dim other than the query's width, value_dim other than key_dim, another output_shape,
-    attention over other axes."""
+    compute (_refusal: the message names them)."""
+    refusal = _refusal(layer)
+    if refusal is not None:
+        raise ValueError(refusal)
+    dense = {"query": layer._query_dense, "key": layer._key_dense, "value": layer._value_dense, "output": layer._output_dense}
+    return present(**{f"{name}_{part}": getattr(d, part, None) for name, d in dense.items() for part in ("kernel", "bias")})
+
+
+def _refusal(layer) -> str | None:
+    """Why nn.MultiheadAttention cannot compute `layer`: heads x key_dim other than the query's width, value_dim
+    other than key_dim, another output_shape, attention over other axes; None where it can."""
     width = layer._query_dense.kernel.shape[0]
     problems = []
     if layer.num_heads * layer.key_dim != width:
@@ -83,9 +92,8 @@ def attention_variables(layer) -> dict:
     if getattr(layer, "_use_gate", False):
         problems.append("use_gate: torch's attention has no output gate")
     if problems:
-        raise ValueError(f"{layer.name}: a MultiHeadAttention that nn.MultiheadAttention cannot compute: {'; '.join(problems)}")
-    dense = {"query": layer._query_dense, "key": layer._key_dense, "value": layer._value_dense, "output": layer._output_dense}
-    return present(**{f"{name}_{part}": getattr(d, part, None) for name, d in dense.items() for part in ("kernel", "bias")})
+        return f"{layer.name}: a MultiHeadAttention that nn.MultiheadAttention cannot compute: {'; '.join(problems)}"
+    return None
 
 
 def present(**variables) -> dict:

@@ -27,6 +27,12 @@ class Leaf:
         read: () -> the canonical arrays; write: canonical arrays -> None (cast to the leaf's dtype).
         summed: a stock Keras cell holding one bias (b_ih + b_hh).
         handles: the framework's weight objects behind it (a walk finds the weights no leaf covers).
+        splits: the ways a composite layer (a Keras MultiHeadAttention) reads as plain leaves, first choice first
+            (its q, k, v and output projections; q, k, v packed in one): pairing splits it where the other model
+            has no leaf of its kind.
+        part_of: a split part's composite (`encoder.attention (MultiHeadAttention, 2 heads)`); a pair with a part
+            is settled by running both models, as the heads and the scores are the other model's own code.
+        refusal: why the leaf cannot be ported whole (it may still be split), or None.
     """
 
     path: str
@@ -38,6 +44,9 @@ class Leaf:
     write: Callable[[Mapping[str, np.ndarray]], None]
     summed: bool = False
     handles: list = dataclasses.field(default_factory=list)
+    splits: list[list[Leaf]] = dataclasses.field(default_factory=list)
+    part_of: str | None = None
+    refusal: str | None = None
 
     def describe(self) -> str:
         return f"{self.path} ({self.layer})"

@@ -27,6 +27,12 @@ models on `inputs`, as a pair made by order is. A stacked recurrent layer is one
 (`rnn[0]`, `rnn[1]`), so torch's `nn.LSTM(num_layers=2, bidirectional=True)` pairs with two Keras
 `Bidirectional(LSTM)` layers.
 
+A composite layer, Keras's MultiHeadAttention, is one leaf against torch's `nn.MultiheadAttention`; against a model
+with none it reads as its projections (pairing.split_composites: `attention.query`, `.key`, `.value`, `.output` as
+Dense layers, or `.qkv` packed and `.output`), which pair with the user's nn.Linear layers as any linear leaf does.
+The heads, their split and the scores are then the user's own code, so those pairs are always settled by running
+both models on `inputs` (HEADS_REMEDY says what to check where they differ).
+
 Stock Keras `LSTM` and `SimpleRNN` hold one bias where torch holds two: torch to Keras sums them (the
 forward pass is equal; training is not, see shared.core.canonical) and says so in `Conversion.notes`;
 Keras to torch puts the bias in `b_ih` and zeros `b_hh`.
@@ -50,6 +56,11 @@ SUMMED_NOTE = (
     "{targets}: a stock Keras {layer} holds one bias, so b_ih + b_hh were summed into it: the forward pass is "
     "equal, training is not (torch gives each of its two biases the gradient, the sum moves twice as far); "
     "for training equal to torch build it with tf_impl.keras_compat.layers.TorchLSTMCell / TorchRNNCell / TorchLSTM"
+)
+HEADS_REMEDY = (
+    "check the attention's code against Keras's MultiHeadAttention: the query scores the key (q k^T / sqrt(head_dim)), the "
+    "heads as many and split head-major (head h holds features h*D .. h*D + D-1: `view(B, T, heads, D)`), a packed "
+    "projection's features q, k, v in that order"
 )
 ZEROED_NOTE = "{targets}: the Keras {layer}'s one bias went to b_ih, b_hh is zeros (the forward pass is equal)"
 
@@ -104,7 +115,9 @@ def convert(source, target, key_map=None, rules=None, inputs=None) -> Conversion
     target_leaves = walker(target_stack).leaves(target, rules)
     pairs = pairing.pair_leaves(source_leaves, target_leaves, pairing.named_pairs(key_map))
     guessed = [pair for pair in pairs if pair.how == pairing.GUESSED]
-    undecided = "; ".join(filter(None, [guessed and _guess_text(guessed), _around_text(pairs)]))
+    parts = [pair for pair in pairs if pair.source.part_of or pair.target.part_of]
+    alone = [pair for pair in guessed if pair not in parts]
+    undecided = "; ".join(filter(None, [alone and _guess_text(alone), _parts_text(parts), _around_text(pairs)]))
     if undecided and inputs is None:
         named = f", or a key map naming the pairs, e.g. {_key_map_of(guessed)}" if guessed else ""
         raise ValueError(f"{undecided}: pass inputs= (a batch both models run on) to settle them{named}")
@@ -112,7 +125,7 @@ def convert(source, target, key_map=None, rules=None, inputs=None) -> Conversion
     for pair in pairs:
         pair.target.write(pair.source.read())
     if undecided:
-        _settle(source, target, inputs, pairs, guessed, undecided, before)
+        _settle(source, target, inputs, pairs, guessed or parts, undecided, before)
     notes = _notes(pairs) + ([(f"{undecided}; running both models on the inputs settled them", False)] if undecided else [])
     for note in (note for note, drifts in notes if drifts):  # said also where a notebook ignores the report
         warnings.warn(note, stacklevel=2)
@@ -140,6 +153,16 @@ def _key_map_of(pairs: list[pairing.Pair]) -> str:
     return json.dumps({pair.source.path: pair.target.path for pair in pairs})
 
 
+def _parts_text(parts: list[pairing.Pair]) -> str:
+    """The pairs made with the projections of a composite layer (pairing.split_composites), or ""."""
+    if not parts:
+        return ""
+    wholes = ", ".join(dict.fromkeys(pair.source.part_of or pair.target.part_of for pair in parts))
+    listed = "; ".join(f"{pair.source.path} -> {pair.target.path}" for pair in parts)
+    return (f"{len(parts)} layers were paired with the projections of {wholes}, whose heads and scores the other model "
+            f"computes in its own code ({listed})")  # fmt: skip
+
+
 def _around_text(pairs: list[pairing.Pair]) -> str:
     """The pairs differing in options a model's own code may do around the layer (pairing.AROUND_THE_LAYER), or ""."""
     listed = "; ".join(pairing.fact_lines(pairs, around=True))
@@ -158,7 +181,8 @@ def _settle(
         pair.target.write(arrays)
     worst = max((c for c in check.components if c.max_abs is not None), key=lambda c: c.max_abs, default=None)
     differs = f"{worst.name} differs by {worst.max_abs:.1e}" if worst is not None else "the outputs differ"
-    remedies = [f"name the pairs in a key map (this one is the order tried: {_key_map_of(guessed)})"] if guessed else []
+    remedies = [HEADS_REMEDY] if any(pair.source.part_of or pair.target.part_of for pair in pairs) else []
+    remedies += [f"name the pairs in a key map (this one is the order tried: {_key_map_of(guessed)})"] if guessed else []
     remedies += ["build the two layers with the same options"] if _around_text(pairs) else []
     raise ValueError(f"{undecided}, and with them the models' outputs differ on the inputs ({differs}): "
                      f"{'; '.join(remedies)}; the target keeps its weights")  # fmt: skip

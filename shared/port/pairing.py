@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections import Counter
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -97,6 +98,10 @@ def pair_leaves(sources: list[Leaf], targets: list[Leaf], named: NamedPairs | No
     """Pair by the key map, then by path and kind, then by kind and shapes (in order among several
     candidates); strict (see the module docstring)."""
     named = named or named_pairs(None)
+    sources, targets = split_composites(sources, targets), split_composites(targets, sources)
+    refused = [leaf.refusal for leaf in [*sources, *targets] if leaf.refusal]
+    if refused:
+        raise ValueError("; ".join(refused))
     _check_options([*sources, *targets])
     by_path = {leaf.path: leaf for leaf in targets}
     unknown = [f"{leaf.path} -> {named.target(leaf.path)}" for leaf in sources if named.target(leaf.path) not in (None, *by_path)]
@@ -130,6 +135,29 @@ def pair_leaves(sources: list[Leaf], targets: list[Leaf], named: NamedPairs | No
     pairs.sort(key=lambda pair: order[id(pair.source)])
     _check(pairs, [leaf for leaf in sources if id(leaf) not in paired], list(free.values()))
     return pairs
+
+
+def split_composites(leaves: list[Leaf], others: list[Leaf]) -> list[Leaf]:
+    """`leaves` with each composite (Leaf.splits: a Keras MultiHeadAttention) whose kind `others` has none of read as
+    its parts (`attention.query`, `.key`, `.value`, `.output`; or `.qkv` packed and `.output`): the split of fewest
+    parts whose kinds and shapes the other model still has, else the first. Each part names its composite
+    (`part_of`): `convert` settles its pairs by running both models, as the heads are the other model's own code."""
+    kinds = {leaf.kind for leaf in others}
+    available = Counter(_key(leaf) for leaf in others)
+    out = []
+    for leaf in leaves:
+        if not leaf.splits or leaf.kind in kinds:
+            out.append(leaf)
+            continue
+        fits = [split for split in sorted(leaf.splits, key=len) if not Counter(map(_key, split)) - available]
+        chosen = fits[0] if fits else leaf.splits[0]
+        available -= Counter(map(_key, chosen))
+        out += [dataclasses.replace(part, path=f"{leaf.path}.{_own_name(part.path)}", part_of=leaf.describe()) for part in chosen]
+    return out
+
+
+def _key(leaf: Leaf) -> tuple:
+    return leaf.kind, tuple(leaf.shapes.items())
 
 
 def _own_name(path: str) -> str:

@@ -15,6 +15,7 @@ import tf_impl.conversion as keras_side
 import torch_impl.conversion as torch_side
 from shared.core import canonical
 from shared.core.canonical import RULES, LeafRule
+from shared.port import pairing
 from shared.port.conversion import convert, verify
 from tests.zoo import keras_models, torch_models
 from tests.zoo.torch_models import HEADS, HIDDEN, MODEL_DIM, VOCAB
@@ -203,8 +204,8 @@ def test_torch_options_keras_has_no_weights_for_are_refused(options, message):
 def test_keras_options_torch_cannot_compute_are_refused(options, message):
     layer = keras.layers.MultiHeadAttention(num_heads=HEADS, **options)
     layer.build((1, 2, MODEL_DIM), (1, 3, MODEL_DIM))  # built, not called: JAX's fused kernel cannot run some of these
-    with pytest.raises(ValueError, match=message):
-        keras_side.leaves(layer)
+    with pytest.raises(ValueError, match=message):  # refused against nn.MultiheadAttention (else read as projections)
+        pairing.pair_leaves(torch_side.leaves(torch.nn.MultiheadAttention(MODEL_DIM, HEADS)), keras_side.leaves(layer))
 
 
 def test_different_head_counts_of_the_same_shapes_are_refused():
