@@ -19,7 +19,7 @@ from shared import stacks
 from shared.hf.structure import marian_sinusoid, resolve_ties, state_dict_shapes, tied_keys
 from shared.io import atomic, safetensors_io
 
-MODEL_TYPES = ("marian", "bart", "mbart", "t5")
+MODEL_TYPES = ("marian", "bart", "mbart", "t5", "mt5")
 SAFETENSORS, SAFE_INDEX = "model.safetensors", "model.safetensors.index.json"
 BIN, BIN_INDEX = "pytorch_model.bin", "pytorch_model.bin.index.json"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
@@ -28,7 +28,8 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
 TOKENIZER_PATTERNS = ("*.spm", "vocab*.json", "vocab*.txt")
 # keys a family's model ignores in a checkpoint (`_keys_to_ignore_on_load_unexpected`), and never saves
 IGNORED_ON_LOAD = {"bart": (".encoder.version", ".decoder.version"), "mbart": (".encoder.version", ".decoder.version"),
-                   "t5": ("decoder.block.0.layer.1.EncDecAttention.relative_attention_bias.weight",)}  # fmt: skip
+                   "t5": ("decoder.block.0.layer.1.EncDecAttention.relative_attention_bias.weight",),
+                   "mt5": ("decoder.block.0.layer.1.EncDecAttention.relative_attention_bias.weight",)}  # fmt: skip
 MARIAN_POSITIONS = ("model.encoder.embed_positions.weight", "model.decoder.embed_positions.weight")  # not saved
 # what GenerationConfig.from_model_config carries over from a config (generation/configuration_utils.py)
 GENERATION_KEYS = ("bos_token_id", "decoder_start_token_id", "eos_token_id", "pad_token_id", "forced_bos_token_id",
@@ -151,13 +152,29 @@ def _loaded(stored: dict[str, np.ndarray], config: dict, model_type: str) -> dic
     return arrays
 
 
-def state_dict(stored: dict[str, np.ndarray], config: dict, shown: str) -> dict[str, np.ndarray]:
+def untied_config(stored: dict[str, np.ndarray], config: dict, model_type: str) -> dict:
+    """`config` as the checkpoint's ties leave it. A tie whose two keys are both written with different values is not
+    tied by `from_pretrained` (modeling_utils.py `tie_weights`: "both are present in the checkpoints with different
+    values"), as in a Flan-T5 that transformers 5 saved: tie_word_embeddings becomes false, and T5's output scale stays
+    what T5Config derived from the config as given."""
+    broken = [target for target, source in tied_keys(config, model_type).items()
+              if target in stored and source in stored and not np.array_equal(stored[target], stored[source])]  # fmt: skip
+    if not broken or config.get("tie_word_embeddings") is False:
+        return config
+    untied = {**config, "tie_word_embeddings": False}
+    if model_type == "t5" and "scale_decoder_outputs" not in config:
+        untied["scale_decoder_outputs"] = config.get("tie_word_embeddings") is not False  # T5Config.__post_init__
+    return untied
+
+
+def state_dict(stored: dict[str, np.ndarray], config: dict, shown: str) -> tuple[dict, dict[str, np.ndarray]]:
     """Arrays as a file holds them (HF's keys: a folder's weights, a `.pt` or `.safetensors` state_dict) as the
-    model's whole state_dict, checked against `config`; one ValueError naming `shown`."""
+    model's config (`untied_config`) and whole state_dict, checked against it; one ValueError naming `shown`."""
     model_type = _model_type(config, shown)
+    config = untied_config(stored, config, model_type)
     arrays = _loaded(stored, config, model_type)
     check_arrays(arrays, config, model_type, shown)
-    return arrays
+    return config, arrays
 
 
 def read_folder(path) -> HfFolder:
@@ -168,7 +185,7 @@ def read_folder(path) -> HfFolder:
         raise ValueError(f"{folder}: not a folder (a Hugging Face model folder holds config.json and the weights)")
     config, model_type = read_config(folder)
     stored, files = read_weights(folder)
-    arrays = state_dict(stored, config, str(folder / files[0]))
+    config, arrays = state_dict(stored, config, str(folder / files[0]))
     return HfFolder(config=config, model_type=model_type, arrays=arrays, files=["config.json", *files])
 
 

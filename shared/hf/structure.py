@@ -8,6 +8,8 @@ import numpy as np
 
 # ---- the family's state_dict: keys and shapes from the config ----
 
+T5_TYPES = ("t5", "mt5")  # modeling_mt5.py's MT5ForConditionalGeneration: T5's keys, shapes and ties
+
 
 def _linear(prefix: str, out: int, inp: int, bias: bool = True) -> dict[str, tuple]:
     return {f"{prefix}.weight": (out, inp)} | ({f"{prefix}.bias": (out,)} if bias else {})
@@ -61,11 +63,11 @@ def _t5_attention(prefix: str, config: dict, relative: bool) -> dict[str, tuple]
     return shapes | ({f"{prefix}.relative_attention_bias.weight": buckets} if relative else {})
 
 
-def _t5_shapes(config: dict) -> dict[str, tuple]:
+def _t5_shapes(config: dict, model_type: str) -> dict[str, tuple]:
     """T5ForConditionalGeneration (modeling_t5.py): a relative bias in block 0's self-attention only, DenseReluDense
-    `wi` or gated `wi_0`/`wi_1` (feed_forward_proj "gated-..."), RMS norms without bias."""
+    `wi` or gated `wi_0`/`wi_1` (feed_forward_proj "gated-...", mT5's default), RMS norms without bias."""
     d, ffn, vocab = int(config["d_model"]), int(config["d_ff"]), int(config["vocab_size"])
-    gated = str(config.get("feed_forward_proj", "relu")).startswith("gated-")
+    gated = str(config.get("feed_forward_proj", "gated-gelu" if model_type == "mt5" else "relu")).startswith("gated-")
     dense = ("wi_0", "wi_1") if gated else ("wi",)
     shapes = {"shared.weight": (vocab, d)}
     layers = {"encoder": int(config["num_layers"]), "decoder": int(config.get("num_decoder_layers") or config["num_layers"])}
@@ -87,7 +89,7 @@ def _t5_shapes(config: dict) -> dict[str, tuple]:
 def state_dict_shapes(config: dict, model_type: str) -> dict[str, tuple]:
     """Every key of the family's `AutoModelForSeq2SeqLM.from_config(config).state_dict()` and its shape."""
     try:
-        return _t5_shapes(config) if model_type == "t5" else _bart_shapes(config, model_type)
+        return _t5_shapes(config, model_type) if model_type in T5_TYPES else _bart_shapes(config, model_type)
     except (KeyError, TypeError, ValueError) as error:
         raise ValueError(
             f"config.json: field {error} is missing or not a number (the {model_type} model's sizes need it)"
@@ -96,10 +98,10 @@ def state_dict_shapes(config: dict, model_type: str) -> dict[str, tuple]:
 
 def tied_keys(config: dict, model_type: str) -> dict[str, str]:
     """{target: source} as `get_expanded_tied_weights_keys(all_submodels=True)` gives it: nothing without
-    tie_word_embeddings (T5Config forces it True); Marian ties through `model.shared` only when it shares them."""
-    if model_type != "t5" and not config.get("tie_word_embeddings", True):
+    tie_word_embeddings (T5Config and MT5Config force it True); Marian ties through `model.shared` only when it shares them."""
+    if model_type not in T5_TYPES and not config.get("tie_word_embeddings", True):
         return {}
-    if model_type == "t5":
+    if model_type in T5_TYPES:
         return {f"{name}.weight": "shared.weight" for name in ("encoder.embed_tokens", "decoder.embed_tokens", "lm_head")}
     if model_type == "marian" and not config.get("share_encoder_decoder_embeddings", True):
         return {"lm_head.weight": "model.decoder.embed_tokens.weight"}

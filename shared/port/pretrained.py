@@ -28,8 +28,9 @@ from shared.port.verification import NOISE_FACTOR, Check, Component, close, rend
 
 FLOAT64_BOUND = 1e-12  # relative to each output's largest |value|: the issue's proof bound
 FLOAT32_BOUND = 1e-5  # the equality policy's float32 output bound, relative likewise
-OUTPUTS = ("encoder", "decoder", "logits")
-KERAS_CLASSES = ("rosetta_hf>", "keras_hub>BartSeq2SeqLM")  # the registered names of the families' Keras models
+OUTPUTS = ("encoder", "decoder", "cross_attention", "logits")  # cross_attention: [B, L, N, T, S], every decoder layer
+# the registered names of the families' Keras models
+KERAS_CLASSES = ("rosetta_hf>", "keras_hub>BartSeq2SeqLM", "keras_hub>T5Seq2SeqLM")
 SIZES = (3, 7, 6)  # batch, source length, target length of the verification batch
 
 

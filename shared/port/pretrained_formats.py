@@ -92,7 +92,7 @@ class _StateDictIO(PretrainedIO):
     needs_config = True
 
     def read(self, path, config):
-        return Pretrained(config, folders.state_dict(self.stored(path), config, str(path)))
+        return Pretrained(*folders.state_dict(self.stored(path), config, str(path)))
 
     def load_line(self, path, config_path):
         return (f"import transformers; config = transformers.AutoConfig.from_pretrained({config_path}); model = "

@@ -147,7 +147,7 @@ def _break(folder, break_it) -> None:
 FC1 = "model.encoder.layers.0.fc1.weight"
 BAD_FOLDERS = {  # name -> (how the saved bart folder is broken, the file named, what the error says)
     "a shard deleted": ("shard", "model-00002-of-", "shard missing"),
-    "an unknown model_type": ("model_type", "config.json", "model_type is 'bert'; known types: marian, bart, mbart, t5"),
+    "an unknown model_type": ("model_type", "config.json", "model_type is 'bert'; known types: marian, bart, mbart, t5, mt5"),
     "a mis-shaped array": ("shape", "model.safetensors", f"{FC1} has shape \\(16, 24\\), the config gives \\(24, 16\\)"),
     "a float64 array": ("dtype", "model.safetensors", f"{FC1} has dtype float64, the config gives float32"),
     "no config.json": ("no config", "config.json", "no config.json"),

@@ -17,6 +17,7 @@ import torch
 import transformers
 
 from shared import cli
+from shared.hf import folders
 from shared.port import porting, pretrained
 from shared.port.pretrained_formats import PRETRAINED
 from tests.zoo import hf_models as zoo
@@ -144,3 +145,32 @@ def test_a_bad_folder_is_one_error_naming_its_file(tmp_path):
 
 def test_transformers_is_the_pinned_version():
     assert transformers.__version__ == "5.23.0"
+
+
+def _untied_t5(folder) -> torch.nn.Module:
+    """A Flan-T5 as transformers 5 saves it after fine-tuning: config.json says tied, the file holds lm_head.weight of
+    its own values; from_pretrained loads it untied."""
+    model = zoo.model("t5_v1_1")
+    model.lm_head.weight = torch.nn.Parameter(torch.randn_like(model.lm_head.weight))
+    model.save_pretrained(folder)
+    loaded = transformers.AutoModelForSeq2SeqLM.from_pretrained(folder, attn_implementation="eager").eval()
+    assert json.loads((folder / "config.json").read_text())["tie_word_embeddings"] is True
+    assert not torch.equal(loaded.lm_head.weight, loaded.shared.weight)
+    return loaded
+
+
+def test_a_t5_saved_untied_ports_as_from_pretrained_loads_it(tmp_path):
+    loaded = _untied_t5(tmp_path / "flan")
+    report = porting.port(tmp_path / "flan", tmp_path / "flan.keras")
+    assert report.ok, porting.render(report)
+    back = porting.port(tmp_path / "flan.keras", tmp_path / "back", to="hf")
+    assert back.ok, porting.render(back)
+    batch = pretrained.verification_batch(loaded.config.to_dict())
+    assert _largest_relative(_user_logits(_loaded_as_printed(back), batch), _user_logits(loaded, batch)) < 1e-5
+
+
+def test_negative_control_the_untied_t5_read_by_its_config_alone_is_refused(tmp_path, monkeypatch):
+    _untied_t5(tmp_path / "flan")
+    monkeypatch.setattr(folders, "untied_config", lambda stored, config, model_type: config)
+    with pytest.raises(ValueError, match="tied keys disagree"):
+        porting.port(tmp_path / "flan", tmp_path / "flan.keras")

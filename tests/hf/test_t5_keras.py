@@ -298,7 +298,7 @@ def test_feed_forward_parsed_as_t5config(proj):
 BAD_CONFIGS = {  # field -> a value we cannot honour
     "feed_forward_proj": "gated-mish", "dense_act_fn": "mish", "is_gated_act": "yes", "d_kv": 0, "num_heads": "2",
     "num_decoder_layers": -1, "dropout_rate": 1.0, "layer_norm_epsilon": 0, "relative_attention_num_buckets": 2,
-    "relative_attention_max_distance": 4, "model_type": "mt5", "pad_token_id": 48, "decoder_start_token_id": -1,
+    "relative_attention_max_distance": 4, "model_type": "bart", "pad_token_id": 48, "decoder_start_token_id": -1,
     "tie_word_embeddings": "false", "scale_decoder_outputs": 1,
 }  # fmt: skip
 

@@ -9,6 +9,7 @@ Legend: B batch, S source, T target, E d_model, V vocab.
 from __future__ import annotations
 
 import json
+import weakref
 
 import keras
 from keras import ops
@@ -101,6 +102,40 @@ def inputs():
     return {name: keras.Input(shape=(None,), dtype="int32", name=name) for name in names}
 
 
+# backbone -> its cross-attention model, kept off the backbone: an attribute would be walked into `.keras` files
+_CROSS_ATTENTION_MODELS = weakref.WeakKeyDictionary()
+
+
+class CrossAttentionOutputs:
+    """`with_cross_attention()`: a second functional model over the backbone's own layers, built on request, giving its
+    outputs plus "cross_attention" [B, L, N, T, S] (HF's output_attentions cross_attentions, stacked over the decoder
+    layers). The backbone's graph, `model(inputs)` and `.keras` files are unchanged: serving never computes it."""
+
+    def with_cross_attention(self) -> keras.Model:
+        if self not in _CROSS_ATTENTION_MODELS:
+            graph_inputs = inputs()
+            _CROSS_ATTENTION_MODELS[self] = keras.Model(graph_inputs, self._forward(graph_inputs, cross_attention=True))
+        return _CROSS_ATTENTION_MODELS[self]
+
+
+class CrossAttentionProbe(keras.layers.Layer):
+    """A decoder layer called with return_attention -> (its output, its cross-attention probabilities [B, N, T, S]). A
+    layer of its own in the second graph: Keras's graph check reads a layer's outputs from its first call, which the
+    backbone's graph made without them."""
+
+    def __init__(self, layer, **kwargs):
+        super().__init__(dtype=layer.dtype_policy, name=f"{layer.name}_probe", **kwargs)
+        self.layer = layer
+
+    def call(self, *args):
+        return self.layer(*args, return_attention=True)
+
+
+def stacked(weights: list, outputs: dict) -> dict:
+    """`outputs` plus "cross_attention": each decoder layer's [B, N, T, S] stacked -> [B, L, N, T, S]."""
+    return {**outputs, "cross_attention": ops.stack(weights, axis=1)}
+
+
 class PlainUntilBuilt:
     """keras-hub's Backbone.__setattr__: on Keras's torch backend a layer is a torch Module, which cannot be set on a
     model before Module.__init__ ran; until then attributes are set plainly (the functional graph tracks its layers)."""
@@ -111,7 +146,7 @@ class PlainUntilBuilt:
         return super().__setattr__(name, value)
 
 
-class BartFamilyBackbone(PlainUntilBuilt, keras.Model):
+class BartFamilyBackbone(CrossAttentionOutputs, PlainUntilBuilt, keras.Model):
     """Marian/Bart/MBartModel: token embeddings (pad row frozen in lookups) * embed_scale + positions (Marian's sinusoid
     or BART's learned, offset 2), layernorm_embedding (BART, mBART), the layers (post-norm; mBART pre-norm), and the
     final layer_norm (mBART). Subclasses set FLAGS, the family's; an argument given overrides it.
@@ -183,8 +218,9 @@ class BartFamilyBackbone(PlainUntilBuilt, keras.Model):
         x = x * layers.constant(self.embed_scale, x) + positions(x)  # [B, L, E]
         return self.embed_dropout(norm(x) if norm is not None else x, training=training)  # [B, L, E]
 
-    def _forward(self, graph_inputs):
-        """The functional graph: encoder then decoder, masks as HF's eager attention adds them."""
+    def _forward(self, graph_inputs, cross_attention: bool = False):
+        """The functional graph: encoder then decoder, masks as HF's eager attention adds them (cross_attention: the
+        decoder layers' cross-attention probabilities too, for `with_cross_attention`)."""
         encoder_mask, self_mask = self.masks(graph_inputs["encoder_padding_mask"], graph_inputs["decoder_padding_mask"])
         x = self._embed(graph_inputs["encoder_token_ids"], self.encoder_embed_tokens, self.encoder_embed_positions,
                         self.encoder_layernorm_embedding)  # [B, S, E]  # fmt: skip
@@ -193,10 +229,16 @@ class BartFamilyBackbone(PlainUntilBuilt, keras.Model):
         encoder_output = self.encoder_layer_norm(x) if self.encoder_layer_norm is not None else x  # [B, S, E]
         y = self._embed(graph_inputs["decoder_token_ids"], self.decoder_embed_tokens, self.decoder_embed_positions,
                         self.decoder_layernorm_embedding)  # [B, T, E]  # fmt: skip
+        weights = []
         for layer in self.decoder_layers:
-            y = layer(y, self_mask, encoder_output, encoder_mask)  # [B, T, E]
+            if cross_attention:
+                y, probabilities = CrossAttentionProbe(layer)(y, self_mask, encoder_output, encoder_mask)  # [B, T, E]
+                weights.append(probabilities)  # [B, N, T, S]
+            else:
+                y = layer(y, self_mask, encoder_output, encoder_mask)  # [B, T, E]
         y = self.decoder_layer_norm(y) if self.decoder_layer_norm is not None else y  # [B, T, E]
-        return {"encoder_sequence_output": encoder_output, "decoder_sequence_output": y}
+        outputs = {"encoder_sequence_output": encoder_output, "decoder_sequence_output": y}
+        return stacked(weights, outputs) if cross_attention else outputs
 
     def get_config(self):
         return {"name": self.name, "dtype": keras.saving.serialize_keras_object(self.dtype_policy), **self.arguments}

@@ -15,7 +15,8 @@ import keras
 import numpy as np
 
 # model_type -> the family modules that may build it, in order of preference (the first whose build accepts the config)
-BUILDERS = {"marian": ("marian",), "bart": ("bart", "keras_hub_bart"), "mbart": ("mbart",), "t5": ("t5",)}
+BUILDERS = {"marian": ("marian",), "bart": ("bart", "keras_hub_bart"), "mbart": ("mbart",), "t5": ("t5", "keras_hub_t5"),
+            "mt5": ("t5",)}  # fmt: skip
 
 
 def _module(name: str):
@@ -94,9 +95,51 @@ def save_weights(model, path: Path) -> None:
 
 
 def run(model, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Encoder and decoder last hidden states [B, S, E], [B, T, E] and logits [B, T, V] on keras-hub's four inputs."""
+    """Encoder and decoder last hidden states [B, S, E], [B, T, E], logits [B, T, V] on keras-hub's four inputs, and
+    the cross-attention probabilities [B, L, N, T, S] of the L decoder layers (torch's twin: HF's cross_attentions)."""
     inputs = {key: np.asarray(value, np.int32) for key, value in batch.items()}
     hidden = model.backbone(inputs)
     found = {"encoder": hidden["encoder_sequence_output"], "decoder": hidden["decoder_sequence_output"],
-             "logits": model(inputs)}  # fmt: skip
+             "logits": model(inputs), "cross_attention": cross_attention(model, inputs)}  # fmt: skip
     return {name: keras.ops.convert_to_numpy(value) for name, value in found.items()}
+
+
+def cross_attention(model, inputs: dict):
+    """The decoder layers' cross-attention probabilities [B, L, N, T, S]: our backbones' on-request model, or
+    keras-hub's (BART, T5) run once with each decoder layer recording them where they pass."""
+    if hasattr(model.backbone, "with_cross_attention"):
+        return model.backbone.with_cross_attention()(inputs)["cross_attention"]
+    recorded = []
+    probes = _keras_hub_probes(model, recorded)
+    for target, name, wrapper in probes:  # on the instance, plainly: Keras's tracking never sees it; gone after the call
+        object.__setattr__(target, name, wrapper)
+    try:
+        model.backbone(inputs)
+    finally:
+        for target, name, _ in probes:
+            object.__delattr__(target, name)
+    return keras.ops.stack(recorded, axis=1)  # [B, L, N, T, S]
+
+
+def _keras_hub_probes(model, recorded: list) -> list:
+    """(object, method name, wrapper) for each of keras-hub's decoder layers, where its cross-attention probabilities
+    [B, N, T, S] pass: BART's MultiHeadAttention._compute_attention (asked for its scores: its fast path has none),
+    T5's T5MultiHeadAttention.dropout_layer (the probabilities are its input)."""
+    probes = []
+    for layer in model.backbone.decoder_transformer_layers:
+        if hasattr(layer, "_cross_attention_layer"):
+            target, name = layer._cross_attention_layer, "_compute_attention"
+
+            def wrapper(query, key, value, attention_mask=None, training=None, _original=target._compute_attention, **_):
+                output, scores = _original(query, key, value, attention_mask, training, return_attention_scores=True)
+                recorded.append(scores)  # [B, N, T, S]
+                return output, scores
+        else:
+            target, name = layer.cross_attention.dropout_layer, "call"
+
+            def wrapper(probabilities, training=False, _original=target.call):
+                recorded.append(probabilities)  # [B, N, T, S]
+                return _original(probabilities, training=training)
+
+        probes.append((target, name, wrapper))
+    return probes

@@ -103,7 +103,8 @@ class LearnedPositions(keras.layers.Layer):
 
 @keras.saving.register_keras_serializable(package="rosetta_hf")
 class MarianAttention(keras.layers.Layer):
-    """MarianAttention + eager_attention_forward: (q k^T) * head_dim**-0.5, additive mask, softmax, v, out_proj."""
+    """MarianAttention + eager_attention_forward: (q k^T) * head_dim**-0.5, additive mask, softmax, v, out_proj; with
+    return_weights also the probabilities [B, N, T, K] after dropout, as HF's attn_weights (output_attentions)."""
 
     def __init__(self, dim: int, heads: int, dropout: float = 0.0, **kwargs):
         super().__init__(**kwargs)
@@ -123,13 +124,14 @@ class MarianAttention(keras.layers.Layer):
         shape = ops.shape(x)
         return ops.transpose(ops.reshape(x, (shape[0], shape[1], self.heads, self.head_dim)), (0, 2, 1, 3))  # [B, N, L, D]
 
-    def call(self, query, keys, mask, training=False):
+    def call(self, query, keys, mask, training=False, return_weights=False):
         q, k, v = self._split(self.q_proj(query)), self._split(self.k_proj(keys)), self._split(self.v_proj(keys))
         scores = ops.matmul(q, ops.transpose(k, (0, 1, 3, 2))) * constant(self.scaling, q) + mask  # [B, N, T, K]
         weights = self.dropout(ops.softmax(scores, axis=-1), training=training)  # [B, N, T, K]
         out = ops.transpose(ops.matmul(weights, v), (0, 2, 1, 3))  # [B, T, N, D]
         shape = ops.shape(out)
-        return self.out_proj(ops.reshape(out, (shape[0], shape[1], self.dim)))  # [B, T, E]
+        out = self.out_proj(ops.reshape(out, (shape[0], shape[1], self.dim)))  # [B, T, E]
+        return (out, weights) if return_weights else out
 
     def get_config(self):
         return {**super().get_config(), "dim": self.dim, "heads": self.heads, "dropout": self.dropout_rate}
@@ -214,7 +216,8 @@ class MarianEncoderLayer(_Blocks):
 
 @keras.saving.register_keras_serializable(package="rosetta_hf")
 class MarianDecoderLayer(_Blocks):
-    """Marian/Bart/MBartDecoderLayer: causal self-attention, cross-attention on the encoder, feed-forward."""
+    """Marian/Bart/MBartDecoderLayer: causal self-attention, cross-attention on the encoder, feed-forward; with
+    return_attention also the cross-attention probabilities [B, N, T, S] (HF's cross_attentions entry of the layer)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -228,11 +231,18 @@ class MarianDecoderLayer(_Blocks):
             layer.build(x_shape)
         self._build_feed_forward(x_shape)
 
-    def call(self, x, self_mask, encoder_output, cross_mask, training=False):
+    def call(self, x, self_mask, encoder_output, cross_mask, training=False, return_attention=False):
         x = self._sublayer(x, self.self_attn_layer_norm, lambda h: self.self_attn(h, h, self_mask, training=training), training)
-        cross = lambda h: self.encoder_attn(h, encoder_output, cross_mask, training=training)  # noqa: E731  [B, T, E]
+        found = []
+
+        def cross(h):
+            out, weights = self.encoder_attn(h, encoder_output, cross_mask, training=training, return_weights=True)
+            found.append(weights)  # [B, N, T, S]
+            return out  # [B, T, E]
+
         x = self._sublayer(x, self.encoder_attn_layer_norm, cross, training)  # [B, T, E]
-        return self._feed_forward(x, training)  # [B, T, E]
+        y = self._feed_forward(x, training)  # [B, T, E]
+        return (y, found[0]) if return_attention else y
 
 
 def pad_row_lookup(embedding, tokens, pad_token_id):

@@ -13,7 +13,7 @@ from keras import ops
 
 from tf_impl.hf import t5_layers as layers
 from tf_impl.hf import t5_weights
-from tf_impl.hf.bart_family import PlainUntilBuilt
+from tf_impl.hf.bart_family import CrossAttentionOutputs, CrossAttentionProbe, PlainUntilBuilt, stacked
 from tf_impl.hf.marian_layers import ACTIVATIONS, constant
 from tf_impl.keras_compat import backends
 
@@ -23,12 +23,20 @@ DEFAULTS = {
     "num_heads": 8, "relative_attention_num_buckets": 32, "relative_attention_max_distance": 128, "dropout_rate": 0.1,
     "layer_norm_epsilon": 1e-6, "feed_forward_proj": "relu", "pad_token_id": 0, "decoder_start_token_id": None,
 }  # fmt: skip
+# MT5Config's defaults where they differ (configuration_mt5.py)
+MT5_DEFAULTS = DEFAULTS | {"vocab_size": 250112, "d_ff": 1024, "num_layers": 8, "num_heads": 6, "feed_forward_proj": "gated-gelu",
+                           "decoder_start_token_id": 0}  # fmt: skip
+MODEL_TYPES = ("t5", "mt5")  # mT5 (modeling_mt5.py MT5ForConditionalGeneration) is T5 whose decoder output is never scaled
 INTEGERS = ("vocab_size", "d_model", "d_kv", "d_ff", "num_layers", "num_decoder_layers", "num_heads",
             "relative_attention_num_buckets", "relative_attention_max_distance")  # fmt: skip
 
 
 def _field(config: dict, name: str):
-    return config[name] if config.get(name) is not None else DEFAULTS[name]
+    return config[name] if config.get(name) is not None else (MT5_DEFAULTS if _is_mt5(config) else DEFAULTS)[name]
+
+
+def _is_mt5(config: dict) -> bool:
+    return config.get("model_type") == "mt5"
 
 
 def _check_numbers(config: dict) -> None:
@@ -87,12 +95,13 @@ def _flag(config: dict, name: str, default: bool) -> bool:
 
 def from_hf_config(config: dict) -> dict:
     """T5Backbone's arguments from a config.json dict; one ValueError naming the field it cannot honour."""
-    if config.get("model_type", "t5") != "t5":
-        raise ValueError(f"config.json field 'model_type': {config['model_type']!r}, expected 't5'")
+    if config.get("model_type", "t5") not in MODEL_TYPES:
+        raise ValueError(f"config.json field 'model_type': {config['model_type']!r}, expected one of {MODEL_TYPES}")
     _check_numbers(config)
     _check_buckets(config)
     activation, gated = feed_forward(config)
     tied = _flag(config, "tie_word_embeddings", True)  # false only in configs saved before 5.x (v1.1, Flan, mT5)
+    scale = False if _is_mt5(config) else _flag(config, "scale_decoder_outputs", tied)  # T5Config.__post_init__; mT5 never
     vocab = _field(config, "vocab_size")
     return {
         "vocabulary_size": vocab, "hidden_dim": _field(config, "d_model"), "key_value_dim": _field(config, "d_kv"),
@@ -102,7 +111,7 @@ def from_hf_config(config: dict) -> dict:
         "relative_attention_max_distance": _field(config, "relative_attention_max_distance"), "activation": activation,
         "gated": gated, "dropout": float(_field(config, "dropout_rate")),
         "layer_norm_epsilon": float(_field(config, "layer_norm_epsilon")), "tie_word_embeddings": tied,
-        "scale_decoder_outputs": _flag(config, "scale_decoder_outputs", tied),  # T5Config.__post_init__
+        "scale_decoder_outputs": scale,
         "pad_token_id": _token(config, "pad_token_id", vocab),
         "decoder_start_token_id": _token(config, "decoder_start_token_id", vocab), "hf_config": dict(config),
     }  # fmt: skip
@@ -114,7 +123,7 @@ def _inputs():
 
 
 @keras.saving.register_keras_serializable(package="rosetta_hf")
-class T5Backbone(PlainUntilBuilt, keras.Model):
+class T5Backbone(CrossAttentionOutputs, PlainUntilBuilt, keras.Model):
     """T5Model: one shared token embedding (no scaling, no positions), pre-norm blocks whose block 0 holds the relative
     position bias (bidirectional in the encoder, causal in the decoder), final RMS norms.
 
@@ -156,23 +165,32 @@ class T5Backbone(PlainUntilBuilt, keras.Model):
         self.dtype_policy = keras.dtype_policies.get(dtype)  # Functional drops dtype; keras-hub's Backbone sets it so
         self.arguments = arguments
 
-    def _stack(self, x, blocks, bias, self_mask, norm, encoder_output=None, cross_mask=None):
-        """T5Stack: dropout, the blocks (block 0's position bias shared by all), final norm, dropout."""
+    def _stack(self, x, blocks, bias, self_mask, norm, encoder_output=None, cross_mask=None, weights=None):
+        """T5Stack: dropout, the blocks (block 0's position bias shared by all), final norm, dropout. A list `weights`
+        collects each block's cross-attention probabilities [B, N, T, S]."""
         x = self.dropout(x)  # [B, L, E]
         position_bias = bias(x, x)  # [1, N, L, L]
         for block in blocks:
-            x = block(x, self_mask, position_bias, encoder_output, cross_mask)  # [B, L, E]
+            if weights is not None:
+                probe = CrossAttentionProbe(block)
+                x, probabilities = probe(x, self_mask, position_bias, encoder_output, cross_mask)  # [B, T, E], [B, N, T, S]
+                weights.append(probabilities)  # [B, N, T, S]
+            else:
+                x = block(x, self_mask, position_bias, encoder_output, cross_mask)  # [B, L, E]
         return self.dropout(norm(x))  # [B, L, E]
 
-    def _forward(self, inputs):
-        """The functional graph: encoder then decoder, masks as HF's eager attention adds them."""
+    def _forward(self, inputs, cross_attention: bool = False):
+        """The functional graph: encoder then decoder, masks as HF's eager attention adds them (cross_attention: the
+        decoder blocks' cross-attention probabilities too, for `with_cross_attention`)."""
         encoder_mask, self_mask = self.masks(inputs["encoder_padding_mask"], inputs["decoder_padding_mask"])  # [B, 1, 1, S]
+        weights = [] if cross_attention else None
         encoder_output = self._stack(self.token_embedding(inputs["encoder_token_ids"]), self.encoder_blocks,
                                      self.encoder_relative_bias, encoder_mask, self.encoder_final_layer_norm)  # fmt: skip
         decoder_output = self._stack(self.token_embedding(inputs["decoder_token_ids"]), self.decoder_blocks,
                                      self.decoder_relative_bias, self_mask, self.decoder_final_layer_norm, encoder_output,
-                                     encoder_mask)  # fmt: skip
-        return {"encoder_sequence_output": encoder_output, "decoder_sequence_output": decoder_output}
+                                     encoder_mask, weights)  # fmt: skip
+        outputs = {"encoder_sequence_output": encoder_output, "decoder_sequence_output": decoder_output}
+        return stacked(weights, outputs) if cross_attention else outputs
 
     def get_config(self):
         return {"name": self.name, "dtype": keras.saving.serialize_keras_object(self.dtype_policy), **self.arguments}

@@ -68,10 +68,24 @@ def torch_cpu_sum(x):
 
 def torch_rsqrt(x):
     """torch.rsqrt of float32 [..., 1] bit for bit: torch's own kernel on Keras's torch backend (its 1 / x differs);
-    elsewhere 1 / sqrt(x), both correctly rounded, as torch's vectorized rsqrt (TF's rsqrt is an approximation)."""
+    elsewhere 1 / sqrt(x), both correctly rounded, as torch's vectorized rsqrt (TF's rsqrt is an approximation), with
+    torch's backward (tools/autograd/derivatives.yaml rsqrt: -0.5 * grad * result.pow(3), in float32)."""
     if keras.config.backend() == "torch":
         return ops.rsqrt(x)
-    return ops.divide(np.float32(1.0), ops.sqrt(x))
+    return _rsqrt_with_torchs_gradient(x)
+
+
+@ops.custom_gradient
+def _rsqrt_with_torchs_gradient(x):
+    """1 / sqrt(x) whose gradient rounds as torch's rsqrt backward: (-0.5 g) (r r r) (pow(3) is r * r * r on CPU);
+    the chain rule through 1 / sqrt rounds otherwise, 1e-7 off HF's T5 gradients even in a float64 model."""
+    result = ops.divide(np.float32(1.0), ops.sqrt(x))  # [..., 1]
+
+    def gradient(*args, upstream=None):
+        upstream = args[0] if upstream is None else upstream
+        return (upstream * np.float32(-0.5)) * (result * result * result)  # [..., 1]
+
+    return result, gradient
 
 
 @keras.saving.register_keras_serializable(package="rosetta_hf")
@@ -139,7 +153,8 @@ class T5RelativeBias(keras.layers.Layer):
 
 @keras.saving.register_keras_serializable(package="rosetta_hf")
 class T5Attention(keras.layers.Layer):
-    """T5Attention + eager_attention_forward: q k^T with no 1/sqrt(d) scaling, + position bias, + mask, softmax, v, o."""
+    """T5Attention + eager_attention_forward: q k^T with no 1/sqrt(d) scaling, + position bias, + mask, softmax, v, o;
+    with return_weights also the probabilities [B, N, T, K] after dropout, as HF's attn_weights (output_attentions)."""
 
     def __init__(self, dim: int, heads: int, head_dim: int, dropout: float = 0.0, **kwargs):
         super().__init__(**kwargs)
@@ -159,7 +174,7 @@ class T5Attention(keras.layers.Layer):
         shape = ops.shape(x)
         return ops.transpose(ops.reshape(x, (shape[0], shape[1], self.heads, self.head_dim)), (0, 2, 1, 3))  # [B, N, L, D]
 
-    def call(self, query, keys, mask, position_bias=None, training=False):
+    def call(self, query, keys, mask, position_bias=None, training=False, return_weights=False):
         q, k, v = self._split(self.q(query)), self._split(self.k(keys)), self._split(self.v(keys))
         scores = ops.matmul(q, ops.transpose(k, (0, 1, 3, 2)))  # [B, N, T, K]
         if position_bias is not None:
@@ -167,7 +182,8 @@ class T5Attention(keras.layers.Layer):
         weights = self.dropout(ops.softmax(scores + mask, axis=-1), training=training)  # [B, N, T, K]
         out = ops.transpose(ops.matmul(weights, v), (0, 2, 1, 3))  # [B, T, N, D]
         shape = ops.shape(out)
-        return self.o(ops.reshape(out, (shape[0], shape[1], self.inner_dim)))  # [B, T, E]
+        out = self.o(ops.reshape(out, (shape[0], shape[1], self.inner_dim)))  # [B, T, E]
+        return (out, weights) if return_weights else out
 
     def get_config(self):
         names = ("dim", "heads", "head_dim")
@@ -211,7 +227,8 @@ class T5FeedForward(keras.layers.Layer):
 @keras.saving.register_keras_serializable(package="rosetta_hf")
 class T5Block(keras.layers.Layer):
     """T5Block: pre-norm residuals (x + attention(norm(x))): self-attention, in the decoder cross-attention on the
-    encoder output (no relative bias), then T5LayerFF."""
+    encoder output (no relative bias), then T5LayerFF. With return_attention (a decoder block) also the
+    cross-attention probabilities [B, N, T, S] (HF's cross_attentions entry of the block)."""
 
     def __init__(self, dim: int, heads: int, head_dim: int, ffn_dim: int, activation: str, gated: bool, decoder: bool,
                  dropout: float = 0.0, epsilon: float = 1e-6, **kwargs):  # fmt: skip
@@ -232,13 +249,16 @@ class T5Block(keras.layers.Layer):
             if layer is not None:
                 layer.build((None, None, self.dim))
 
-    def call(self, x, self_mask, position_bias, encoder_output=None, cross_mask=None, training=False):
+    def call(self, x, self_mask, position_bias, encoder_output=None, cross_mask=None, training=False, return_attention=False):
         normed = self.self_attention_norm(x)  # [B, L, E]
         x = x + self.dropout(self.self_attention(normed, normed, self_mask, position_bias, training=training), training=training)
+        weights = None
         if self.decoder:
-            cross = self.cross_attention(self.cross_attention_norm(x), encoder_output, cross_mask, training=training)  # [B, T, E]
+            cross, weights = self.cross_attention(self.cross_attention_norm(x), encoder_output, cross_mask, training=training,
+                                                  return_weights=True)  # [B, T, E], [B, N, T, S]  # fmt: skip
             x = x + self.dropout(cross, training=training)  # [B, T, E]
-        return self.feed_forward(x, training=training)  # [B, L, E]
+        y = self.feed_forward(x, training=training)  # [B, L, E]
+        return (y, weights) if return_attention else y
 
     def get_config(self):
         names = ("dim", "heads", "head_dim", "ffn_dim", "activation", "gated", "decoder", "epsilon")

@@ -46,9 +46,21 @@ def load_hf_weights(model: torch.nn.Module, state: dict[str, np.ndarray]) -> Non
     problems = ([f"missing {missing}"] if missing else []) + ([f"unexpected {unexpected}"] if unexpected else []) + shapes
     if problems:
         raise ValueError(f"the state does not fit {describe(model)}: {'; '.join(problems)}")
+    _untie_differing(model, state)
     dtype = next(model.parameters()).dtype
     with torch.no_grad():
         model.load_state_dict({key: torch.as_tensor(np.asarray(value)).to(dtype) for key, value in state.items()})
+
+
+def _untie_differing(model: torch.nn.Module, state: dict[str, np.ndarray]) -> None:
+    """A tie whose two entries `state` gives different values is undone, as `from_pretrained` leaves it untied
+    (modeling_utils.py `tie_weights`); a tied parameter would otherwise take whichever entry loads last."""
+    for target, source in list(getattr(model, "all_tied_weights_keys", {}).items()):
+        if target in state and source in state and not np.array_equal(state[target], state[source]):
+            owner, _, name = target.rpartition(".")
+            module = model.get_submodule(owner)
+            setattr(module, name, torch.nn.Parameter(getattr(module, name).detach().clone()))
+            model.all_tied_weights_keys.pop(target)
 
 
 def hf_state(model: torch.nn.Module) -> dict[str, np.ndarray]:
@@ -74,11 +86,21 @@ def from_folder(path: Path, dtype: str | None = None) -> torch.nn.Module:
 
 
 def run(model: torch.nn.Module, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Encoder and decoder last hidden states [B, S, E], [B, T, E] and logits [B, T, V] on keras-hub's four inputs."""
+    """Encoder and decoder last hidden states [B, S, E], [B, T, E], logits [B, T, V] on keras-hub's four inputs, and
+    HF's cross_attentions (output_attentions) stacked over the L decoder layers [B, L, N, T, S]; run with eager attention
+    (a model loaded with another, e.g. from_pretrained's default sdpa, is switched for the call and back)."""
     ids = {key: torch.as_tensor(np.asarray(value, np.int64)) for key, value in batch.items()}
-    with torch.no_grad():
-        out = model(input_ids=ids["encoder_token_ids"], attention_mask=ids["encoder_padding_mask"],
-                    decoder_input_ids=ids["decoder_token_ids"], decoder_attention_mask=ids["decoder_padding_mask"],
-                    output_hidden_states=True)  # fmt: skip
-    found = {"encoder": out.encoder_last_hidden_state, "decoder": out.decoder_hidden_states[-1], "logits": out.logits}
+    previous = model.config._attn_implementation
+    if previous != ATTENTION:
+        model.set_attn_implementation(ATTENTION)
+    try:
+        with torch.no_grad():
+            out = model(input_ids=ids["encoder_token_ids"], attention_mask=ids["encoder_padding_mask"],
+                        decoder_input_ids=ids["decoder_token_ids"], decoder_attention_mask=ids["decoder_padding_mask"],
+                        output_hidden_states=True, output_attentions=True)  # fmt: skip
+    finally:
+        if previous != ATTENTION:
+            model.set_attn_implementation(previous)
+    found = {"encoder": out.encoder_last_hidden_state, "decoder": out.decoder_hidden_states[-1], "logits": out.logits,
+             "cross_attention": torch.stack(out.cross_attentions, dim=1)}  # fmt: skip
     return {name: value.detach().cpu().numpy() for name, value in found.items()}
