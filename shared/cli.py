@@ -272,15 +272,37 @@ def _bench(args) -> int:
 def _report(args) -> int:
     from shared.tools import report
 
-    written = report.write_report(
-        args.results, args.output, equality_path=args.equality, training_dir=args.training, backend_paths=args.backends
-    )
+    written = report.write_report(args.results, args.output, equality_path=args.equality, training_dir=args.training,
+                                  backend_paths=args.backends, hf_ports_path=args.hf_ports)  # fmt: skip
     print(f"rosetta: report written to {Path(args.output) / 'README.md'}")
     for note in written["missing"]:
         print(f"  missing: {note}")
     if args.readme:
-        replace_blocks(Path(args.readme), {"report": written["headline"], "models": written["models"]})
+        blocks = {"report": written["headline"], "models": written["models"], "hf_ports": written["hf_ports"]}
+        replace_blocks(Path(args.readme), blocks)
     return 0
+
+
+def _hf_ports(args) -> int:
+    from shared.tools import hf_ports
+
+    models = hf_ports.default_models([name for text in args.models for name in text.split(",") if name] if args.models else None)
+    found = hf_ports.measure(models, args.output, args.work, threads=args.threads, notes=tuple(args.note or ()))
+    for name, record in found["models"].items():
+        print(f"rosetta hf-ports: {name}: {record['status']}{': ' + record['reason'] if record['reason'] else ''}")
+    print(f"rosetta hf-ports: results written to {args.output}")
+    return 0
+
+
+def _add_hf_ports(commands) -> None:
+    ports = commands.add_parser("hf-ports", help="Hugging Face models at their published sizes (random weights) ported "
+                                "both ways, timed, peak memory, beside keras-hub's own loading")  # fmt: skip
+    ports.add_argument("--models", nargs="*", help="published configs to measure (default: all; shared/hf/real_sizes.py)")
+    ports.add_argument("--output", default="reports/hf_ports.json", help="the results file (a rerun keeps what it measured)")
+    ports.add_argument("--work", default="runs/hf-ports", help="where each model's folders are built (removed after)")
+    ports.add_argument("--threads", type=COUNT, help="each port process's threads (default: the machine's cores)")
+    ports.add_argument("--note", action="append", help="a note kept in the results file (the machine's load, say)")
+    ports.set_defaults(func=_hf_ports)
 
 
 def _port(args) -> int:
@@ -291,7 +313,7 @@ def _port(args) -> int:
     report = porting.port(args.source, args.destination, args.model, to=args.to, force=args.force,
                           overrides=_key_values(args.set, "--set"), inputs=args.inputs, dtype=args.dtype,
                           with_optimizer=args.with_optimizer, source_format=args.source_format, key_map=args.key_map,
-                          reference=args.reference)  # fmt: skip
+                          reference=args.reference, config=args.config, tokenizer=args.tokenizer)  # fmt: skip
     print(porting.render(report))
     return 0 if report.ok else 1
 
@@ -311,10 +333,10 @@ def _port_own(args) -> int:
 
 
 def _add_port(commands) -> None:
-    from shared.port.formats import FORMATS, READ_ONLY
+    from shared.port.formats import FORMATS, PRETRAINED_ONLY, READ_ONLY
     from shared.port.layouts import describe_presets
 
-    formats = ", ".join(FORMATS) + f" (read only: {', '.join(READ_ONLY)})"
+    formats = ", ".join(FORMATS) + f" (read only: {', '.join(READ_ONLY)}; Hugging Face models: {', '.join(PRETRAINED_ONLY)})"
     port = commands.add_parser(
         "port",
         help="port trained weights between torch and Keras files, verified component by component",
@@ -325,8 +347,8 @@ def _add_port(commands) -> None:
     )
     port.add_argument(
         "source",
-        help="a .pt, .safetensors, .weights.h5, .keras file, a TF checkpoint, a SavedModel folder (read only); "
-        "or parts PART=PATH,PART=PATH",
+        help="a .pt, .safetensors, .weights.h5, .keras file, a TF checkpoint, a SavedModel folder (read only), a "
+        "Hugging Face model folder (MarianMT, BART, mBART, T5: config.json); or parts PART=PATH,PART=PATH",
     )
     port.add_argument("destination", help="the file to write (its name gives the format, else --to)")
     port.add_argument("--model", help="catalogue name (rosetta models); a preset names its own")
@@ -343,6 +365,10 @@ def _add_port(commands) -> None:
                       "the arrays they are called on")  # fmt: skip
     port.add_argument("--dtype", choices=list(catalogue.DTYPES), help="the precision of the written file (default: the source's)")
     port.add_argument("--force", action="store_true", help="replace an existing destination")
+    port.add_argument("--config", metavar="CONFIG.json", help="a Hugging Face model's config.json (or its folder) for a "
+                      ".pt, .safetensors or .weights.h5 file of that model, which names no architecture")  # fmt: skip
+    port.add_argument("--tokenizer", metavar="FOLDER", help="a Hugging Face folder whose tokenizer files and "
+                      "generation_config.json a written folder (--to hf) carries (default: the source folder)")  # fmt: skip
     port.add_argument("--with-optimizer", action="store_true", help="port Adam's moments and step counter too")
     port.set_defaults(func=_port)
 
@@ -379,8 +405,10 @@ def _add_bench_and_report(commands) -> None:
         default=["reports/equality-jax.json", "reports/equality-torch.json"],
         help="equality files of Keras's other backends (rosetta equality --backend)",
     )
+    report.add_argument("--hf-ports", default="reports/hf_ports.json", help="rosetta hf-ports's results (Hugging Face models)")
     report.add_argument("--output", default="reports")
-    report.add_argument("--readme", help="also fill the headline table and the model table into this README's blocks")
+    report.add_argument("--readme", help="also fill the headline table, the model table and the Hugging Face table into this "
+                        "README's blocks")  # fmt: skip
     report.set_defaults(func=_report)
 
 
@@ -408,6 +436,7 @@ def main(argv: list[str] | None = None) -> int:
     equality.set_defaults(func=_equality)
     _add_bench_and_report(commands)
     _add_port(commands)
+    _add_hf_ports(commands)
     _add_train(commands)
     args = parser.parse_args(argv)
     with failures.debug_environment(args.debug):  # child processes (rosetta train's stacks, bench) trace too

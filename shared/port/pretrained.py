@@ -14,6 +14,7 @@ and HF's whole state_dict (shared/port/pretrained_formats.py). Two checks decide
 from __future__ import annotations
 
 import dataclasses
+import gc
 from pathlib import Path
 
 import numpy as np
@@ -105,8 +106,11 @@ def port(source, destination, to: str | None = None, source_format: str | None =
         dst_io.write(staged, found, dtype, carried)
         back, user_written = dst_io.read_and_open(staged, found.config)
         models = (families(src_io.stack).describe(user_source), families(dst_io.stack).describe(user_written))
-        checks = [_mapping(found, src_io.stack, back, dst_io.stack), _users(found, src_io.stack, user_source,
-                                                                           dst_io.stack, user_written)]  # fmt: skip
+        batch = verification_batch(found.config)
+        source_run = _run_arrays(src_io.stack, found, batch)  # float64: the mapping's reference, the users' yardstick
+        checks = [_mapping(source_run, back, dst_io.stack, src_io.stack, batch),
+                  _users(source_run, families(src_io.stack).run(user_source, batch),
+                         families(dst_io.stack).run(user_written, batch))]  # fmt: skip
         report = PretrainedReport(src, dst, found.config["model_type"], models, dtype,
                                   sum(int(np.size(a)) for a in found.arrays.values()), checks,
                                   dst_io.load_line(repr(str(dst.path)), repr(config_path)))  # fmt: skip
@@ -152,31 +156,36 @@ def verification_batch(config: dict) -> dict[str, np.ndarray]:
 
 
 def _run_arrays(stack: str, found: Pretrained, batch: dict) -> dict[str, np.ndarray]:
+    """The arrays in `stack`'s float64 model (built blank: its weights are all loaded), run on `batch`; a tied matrix
+    widened once, and the model let go before returning (a port holds several models' worth at its peak)."""
     hf = families(stack)
-    model = hf.build(found.config, "float64")
-    hf.load_hf_weights(model, {key: np.asarray(value, np.float64) for key, value in found.arrays.items()})
-    return hf.run(model, batch)
+    model = hf.build(found.config, "float64", blank=True)
+    widened: dict[int, np.ndarray] = {}
+    hf.load_hf_weights(model, {key: widened.setdefault(id(value), np.asarray(value, np.float64))
+                               for key, value in found.arrays.items()})  # fmt: skip
+    del widened
+    outputs = hf.run(model, batch)
+    del model
+    gc.collect()
+    return outputs
 
 
-def _mapping(found: Pretrained, source_stack: str, back: Pretrained, destination_stack: str) -> Check:
-    batch = verification_batch(found.config)
-    expected, actual = _run_arrays(source_stack, found, batch), _run_arrays(destination_stack, back, batch)
+def _mapping(expected: dict, back: Pretrained, destination_stack: str, source_stack: str, batch: dict) -> Check:
+    actual = _run_arrays(destination_stack, back, batch)
     components = [close(name, actual[name], expected[name], FLOAT64_BOUND, 0.0, scaled=True) for name in OUTPUTS]
     title = f"the mapping: the source in {source_stack} vs the written file read back in {destination_stack}"
     return Check(title, "float64", f"{FLOAT64_BOUND:g} x max(1, the output's largest |value|)", components)
 
 
-def _users(found: Pretrained, source_stack: str, source, destination_stack: str, written) -> Check:
-    """The source as its user loads it against the written file as the load line loads it."""
-    batch = verification_batch(found.config)
-    expected, actual = families(source_stack).run(source, batch), families(destination_stack).run(written, batch)
+def _users(float64_run: dict, expected: dict, actual: dict) -> Check:
+    """The source as its user loads it (`expected`) against the written file as the load line loads it (`actual`): in
+    float64 where the source computes in float64, else within float32's bound plus the source's own rounding."""
     exact = all(np.asarray(value).dtype == np.float64 for value in expected.values())
     if exact:
         components = [close(name, actual[name], expected[name], FLOAT64_BOUND, 0.0, scaled=True) for name in OUTPUTS]
         bound = f"{FLOAT64_BOUND:g} x max(1, the output's largest |value|)"
     else:
-        reference = _run_arrays(source_stack, found, batch)
-        components = [_within_rounding(name, actual[name], expected[name], reference[name]) for name in OUTPUTS]
+        components = [_within_rounding(name, actual[name], expected[name], float64_run[name]) for name in OUTPUTS]
         bound = f"{FLOAT32_BOUND:g} x max(1, largest |value|) + {NOISE_FACTOR} x the source's own float32 rounding"
     title = "the models as their users load them: the source vs the written file"
     return Check(title, "float64" if exact else "float32", bound, components)

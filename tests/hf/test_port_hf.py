@@ -22,7 +22,10 @@ from shared.port import porting, pretrained
 from shared.port.pretrained_formats import PRETRAINED
 from tests.zoo import hf_models as zoo
 
-PORTED = ("marian_separate", "bart", "mbart", "t5", "t5_v1_1")  # marian: the tests below
+# the port's code is one for every family (tf_impl/hf/families.py dispatches); each family's model is proven in its own
+# tests. Round trips here: Marian with its own target vocabulary, mBART (BART's code, pre-norm), and an untied Flan-T5
+# (below); marian: the other tests
+PORTED = ("marian_separate", "mbart")
 
 
 def _user_folder(tmp_path, family: str, name: str = "user") -> tuple[torch.nn.Module, object]:
@@ -86,8 +89,9 @@ def test_files_that_name_no_architecture_port_with_the_config(tmp_path, suffix):
     assert _largest_relative(pretrained.families(stack).run(loaded, batch)["logits"], _user_logits(model, batch)) < 1e-5
     with pytest.raises(ValueError, match="names no architecture: pass --config"):
         porting.port(written, tmp_path / "again", to="hf")
-    again = porting.port(written, tmp_path / "again", to="hf", config=str(folder / "config.json"))
-    assert again.ok, porting.render(again)
+    if suffix != ".safetensors":  # read as .pt is (one reader of HF's state_dict for both)
+        again = porting.port(written, tmp_path / "again", to="hf", config=str(folder / "config.json"))
+        assert again.ok, porting.render(again)
 
 
 def test_a_float64_port_is_decided_in_float64_against_the_users_model(tmp_path):

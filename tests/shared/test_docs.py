@@ -67,8 +67,8 @@ def _writers() -> list[tuple[str, str]]:
 
 
 # what each writer fills (shared/cli.py: replace_block calls; rosetta equality: shared/verify/measurement.py's sections)
-WRITES = {"report": ("report", "models"), "equality": ("equality", "training", "drift"), "reproduction": ("reproduction",),
-          "api": ("api",)}  # fmt: skip
+WRITES = {"report": ("report", "models", "hf_ports"), "equality": ("equality", "training", "drift"),
+          "reproduction": ("reproduction",), "api": ("api",)}  # fmt: skip
 
 
 def test_the_table_of_writers_matches_their_code():

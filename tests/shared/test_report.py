@@ -136,7 +136,8 @@ def test_the_report_comes_out_with_its_sections_csvs_and_figures(tmp_path, input
     (tmp_path / "report" / "figures" / "attention_tf_tutorial.png").write_bytes(b"a figure of an older report")
     result, readme = _report(tmp_path, inputs)
     headings = [line for line in readme.splitlines() if line.startswith("## ")]
-    assert headings == ["## Headline", "## Equality", "## Loss", "## Speed", "## Scaling", "## Figures"]
+    assert headings == ["## Headline", "## Equality", "## Loss", "## Speed", "## Scaling", "## Figures",
+                        "## Hugging Face models at their published sizes"]  # fmt: skip
     csv = sorted(path.name for path in (tmp_path / "report" / "csv").iterdir())
     assert csv == sorted(f"{name}.csv" for name in result["tables"])
     assert {"headline", "equality_outputs", "equality_training", "equality_backends", "loss", "speed_train_step",

@@ -28,8 +28,9 @@ def _modules() -> list:
     return [_module(name) for name in dict.fromkeys(name for names in BUILDERS.values() for name in names)]
 
 
-def build(config: dict, dtype: str = "float32") -> keras.Model:
-    """The Keras Seq2SeqLM a config.json dict describes (random weights); when no family module computes it, one
+def build(config: dict, dtype: str = "float32", blank: bool = False) -> keras.Model:
+    """The Keras Seq2SeqLM a config.json dict describes (random weights: Keras initialises every variable it builds,
+    so `blank`, which lets torch's twin skip that, changes nothing here); when no family module computes it, one
     ValueError giving each module's reason."""
     model_type = config.get("model_type")
     if model_type not in BUILDERS:

@@ -7,11 +7,13 @@ attention pinned to transformers' "eager" implementation, the one every proof co
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import numpy as np
 import torch
 import transformers
+from transformers.initialization import no_init_weights
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 ATTENTION = "eager"
@@ -22,10 +24,12 @@ def _config(config: dict) -> transformers.PretrainedConfig:
     return transformers.AutoConfig.for_model(config["model_type"], **fields)
 
 
-def build(config: dict, dtype: str = "float32") -> torch.nn.Module:
-    """The model a config.json dict describes (random weights), in eval mode, eager attention."""
-    made = transformers.AutoModelForSeq2SeqLM.from_config(_config(config), attn_implementation=ATTENTION,
-                                                           dtype=DTYPES[dtype])  # fmt: skip
+def build(config: dict, dtype: str = "float32", blank: bool = False) -> torch.nn.Module:
+    """The model a config.json dict describes, in eval mode, eager attention: random weights, or with `blank` left
+    uninitialised (transformers' `no_init_weights`: every weight is loaded next, and initialising a large model costs)."""
+    options = {"attn_implementation": ATTENTION, "dtype": DTYPES[dtype]}
+    with no_init_weights() if blank else contextlib.nullcontext():
+        made = transformers.AutoModelForSeq2SeqLM.from_config(_config(config), **options)
     return made.eval()
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from shared.io.atomic import write_atomic
+from shared.tools.report import hf_ports
 from shared.tools.report.figures import write_figures
 from shared.tools.report.printing import markdown_table
 from shared.tools.report.reading import read_inputs
@@ -12,7 +13,7 @@ from shared.tools.report.readme import render_readme
 from shared.tools.report.tables import build_tables, models_table
 
 
-def write_report(results_dir, output_dir, *, equality_path=None, training_dir=None, backend_paths=()) -> dict:
+def write_report(results_dir, output_dir, *, equality_path=None, training_dir=None, backend_paths=(), hf_ports_path=None) -> dict:
     """Write the comparison report to `output_dir` (README.md, csv/<table>.csv, figures/*.png; a PNG in figures/
     that this report does not draw is removed).
 
@@ -22,14 +23,17 @@ def write_report(results_dir, output_dir, *, equality_path=None, training_dir=No
         equality_path: the equality measurements (JSON); None or missing: "not measured".
         training_dir: the folder of training summaries (`*.json`); None: no loss section data.
         backend_paths: equality measurements on Keras's other backends (`rosetta equality --backend`).
+        hf_ports_path: `rosetta hf-ports`'s results (JSON); None or missing: its section says "not measured".
     Returns:
         {"headline": the headline table as markdown, "tables": {name: DataFrame}, "missing": [notes],
-        "models": the README's model table (markdown), a column per Keras backend}.
+        "models": the README's model table (markdown), a column per Keras backend, "hf_ports": the README's table
+        of Hugging Face models x directions x proofs (markdown)}.
     """
     output = Path(output_dir)
     for folder in (output / "csv", output / "figures"):
         folder.mkdir(parents=True, exist_ok=True)
     inputs = read_inputs(results_dir, equality_path, training_dir, backend_paths)
+    ports = hf_ports.load(hf_ports_path, inputs.missing)
     tables, context = build_tables(inputs)
     figures = write_figures(inputs, context, output / "figures")
     drawn = {name for figure in figures for name in figure.files}
@@ -39,7 +43,9 @@ def write_report(results_dir, output_dir, *, equality_path=None, training_dir=No
     for name, table in tables.numeric.items():
         text = table.to_csv(index=False, float_format="%.6g", lineterminator="\n")
         write_atomic(output / "csv" / f"{name}.csv", text.encode())
-    write_atomic(output / "README.md", render_readme(inputs, tables, context, figures).encode())
+    page = render_readme(inputs, tables, context, figures) + "\n".join(["", *hf_ports.section(ports)])
+    write_atomic(output / "README.md", page.encode())
     headline = markdown_table(tables.shown["headline"])
     models = models_table(inputs.backends)
-    return {"headline": headline, "tables": dict(tables.numeric), "missing": list(inputs.missing), "models": models}
+    return {"headline": headline, "tables": dict(tables.numeric), "missing": list(inputs.missing), "models": models,
+            "hf_ports": hf_ports.proofs_table(ports)}  # fmt: skip
