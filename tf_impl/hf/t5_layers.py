@@ -75,11 +75,21 @@ def torch_rsqrt(x):
     return _rsqrt_with_torchs_gradient(x)
 
 
+def _kept(value):
+    """`value` as computed: XLA (jax.jit) rewrites 1 / sqrt(x) into its own rsqrt, not correctly rounded; JAX's
+    optimization barrier keeps the division as written."""
+    if keras.config.backend() != "jax":
+        return value
+    import jax
+
+    return jax.lax.optimization_barrier(value)
+
+
 @ops.custom_gradient
 def _rsqrt_with_torchs_gradient(x):
     """1 / sqrt(x) whose gradient rounds as torch's rsqrt backward: (-0.5 g) (r r r) (pow(3) is r * r * r on CPU);
     the chain rule through 1 / sqrt rounds otherwise, 1e-7 off HF's T5 gradients even in a float64 model."""
-    result = ops.divide(np.float32(1.0), ops.sqrt(x))  # [..., 1]
+    result = ops.divide(np.float32(1.0), _kept(ops.sqrt(x)))  # [..., 1]
 
     def gradient(*args, upstream=None):
         upstream = args[0] if upstream is None else upstream
