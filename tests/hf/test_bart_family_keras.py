@@ -5,9 +5,14 @@ equal in float64 to 1e-12 of the largest value, float32 within 1e-5, on a ragged
 Negative controls (each naive variant caught by the same comparison): positions read without BART's offset 2, mBART
 computed post-norm, no layernorm_embedding, mBART without its final layer_norm, the mask's polarity flipped, gelu_new
 computed as exact gelu. The contract, Marian's included: hf_state -> write_folder -> from_pretrained (no missing or
-unexpected key, equal logits), load_hf_weights(hf_state) bit for bit, the `.keras` round trip keeping hf_config."""
+unexpected key, equal logits), load_hf_weights(hf_state) bit for bit, the `.keras` round trip keeping hf_config.
+Each folder's model is built once per dtype and shared by the checks that read it (a check that alters it puts it
+back); each check runs on one config per code path it guards (float32 and the naive variants: BART and mBART; the
+activations' variants in float64 and their gradients)."""
 
 from __future__ import annotations
+
+import functools
 
 import keras
 import numpy as np
@@ -35,16 +40,16 @@ def _save(family: str, path, **overrides):
     return path
 
 
-@pytest.fixture(scope="module", params=list(FOLDERS))
-def named(request, tmp_path_factory):
-    """(name, folder): a user's folder of a tiny random BART or mBART (nonzero final_logits_bias), save_pretrained."""
-    family, overrides = FOLDERS[request.param]
-    return request.param, _save(family, tmp_path_factory.mktemp(request.param.replace(" ", "_")), **overrides)
-
-
 @pytest.fixture(scope="module")
-def folder(named):
-    return named[1]
+def saved(tmp_path_factory) -> dict:
+    """{name: a user's folder of a tiny random BART or mBART} (nonzero final_logits_bias), save_pretrained."""
+    return {name: _save(family, tmp_path_factory.mktemp(name.replace(" ", "_")), **overrides)
+            for name, (family, overrides) in FOLDERS.items()}  # fmt: skip
+
+
+@pytest.fixture(scope="module", params=list(FOLDERS))
+def folder(request, saved):
+    return saved[request.param]
 
 
 def _batch(pad: int, source_vocab: int = hf_models.VOCAB, target_vocab: int = hf_models.VOCAB) -> dict:
@@ -96,23 +101,44 @@ def _pad(path) -> int:
     return folders.read_folder(path).config["pad_token_id"]
 
 
+@functools.cache
+def _shared(path, dtype: str):
+    """Our model of the folder in `dtype`, built once for the checks that read it (one that alters it restores it)."""
+    return _ours(path, dtype)
+
+
+@functools.cache
+def _reference(path, dtype: str) -> dict:
+    """HF's outputs of the folder on its ragged batch, once."""
+    return _hf_outputs(_hf(path, dtype), _batch(_pad(path)))
+
+
 def _compare(path, model, batch=None, dtype: str = "float64") -> dict:
     batch = batch or _batch(_pad(path))
-    return _errors(_our_outputs(model, batch), _hf_outputs(_hf(path, dtype), _batch(_pad(path))))
+    return _errors(_our_outputs(model, batch), _reference(path, dtype))
 
 
-@pytest.mark.parametrize("dtype", ["float64", "float32"])
-def test_ours_computes_hf(folder, dtype):
-    errors = _compare(folder, _ours(folder, dtype), dtype=dtype)
+def _assert_computes_hf(folder, dtype: str) -> None:
+    errors = _compare(folder, _shared(folder, dtype), dtype=dtype)
     print(f"{folder.name} {dtype}: {errors}")
     assert max(errors.values()) < BOUNDS[dtype], errors
+
+
+def test_ours_computes_hf(folder):
+    _assert_computes_hf(folder, "float64")
+
+
+@pytest.mark.parametrize("name", ["bart", "mbart"])
+def test_ours_computes_hf_in_float32(saved, name):
+    """Post-norm and pre-norm in float32; the activations' variants compute the same float32 code (float64 above)."""
+    _assert_computes_hf(saved[name], "float32")
 
 
 def test_gradients_equal_hfs(folder):
     """Every trainable variable's gradient (learned positions and norms included) equals HF's, pad ids in the batch."""
     batch = _batch(_pad(folder))
     batch["decoder_token_ids"][:, 0] = _pad(folder)
-    errors = gradient_errors(_our_gradients(_ours(folder, "float64"), batch), _hf_gradients(_hf(folder, "float64"), batch))
+    errors = gradient_errors(_our_gradients(_shared(folder, "float64"), batch), _hf_gradients(_hf(folder, "float64"), batch))
     print(f"{folder.name} gradients: max {max(errors.values()):.3g}")
     assert max(errors.values()) < BOUNDS["float64"], errors
 
@@ -136,24 +162,31 @@ def _without(words: str):
     return load
 
 
-NAIVE = {  # name -> (families it applies to, argument changes, loader or None, change to the loaded model)
+def _offset_restored(model) -> None:
+    for positions in (model.backbone.encoder_embed_positions, model.backbone.decoder_embed_positions):
+        positions.offset = 2
+
+
+NAIVE = {  # name -> (the folders it is checked on: one per code path, argument changes, loader or None, alteration)
     "positions without the offset 2": (("bart", "mbart"), {}, None, _no_offset),
-    "no layernorm_embedding": (("bart", "mbart"), {"layernorm_embedding": False}, _without("layernorm_embedding"), None),
+    "no layernorm_embedding": (("bart",), {"layernorm_embedding": False}, _without("layernorm_embedding"), None),
     "mbart computed post-norm": (("mbart",), {"normalize_before": False}, None, None),
     "mbart without its final layer_norm": (("mbart",), {"final_layer_norm": False}, _without(".layer_norm."), None),
     "gelu_new computed as exact gelu": (("bart gelu_new",), {"activation": "gelu"}, None, None),
 }
 
 
-@pytest.mark.parametrize("naive", list(NAIVE))
-def test_naive_variants_are_caught(named, naive):
-    (name, folder), (families, changes, loader, alter) = named, NAIVE[naive]
-    if name not in families and FOLDERS[name][0] not in families:
-        pytest.skip(f"{naive}: not a trap of {name}")
-    model = loader(folder, changes) if loader else _ours(folder, "float64", **changes)
-    if alter:
-        alter(model)
-    errors = _compare(folder, model)
+@pytest.mark.parametrize(("name", "naive"), [(name, naive) for naive, (names, *_) in NAIVE.items() for name in names])
+def test_naive_variants_are_caught(saved, name, naive):
+    folder, (_, changes, loader, alter) = saved[name], NAIVE[naive]
+    model = loader(folder, changes) if loader else _ours(folder, "float64", **changes) if changes else _shared(folder, "float64")
+    try:
+        if alter:
+            alter(model)
+        errors = _compare(folder, model)
+    finally:
+        if alter:
+            _offset_restored(model)
     print(f"{folder.name} {naive}: {errors}")
     assert errors["logits"] > BOUNDS["float64"], errors
 
@@ -161,7 +194,7 @@ def test_naive_variants_are_caught(named, naive):
 def test_flipped_padding_mask_is_caught(folder):
     batch = _batch(_pad(folder))
     flipped = {**batch, **{k: 1 - batch[k] for k in ("encoder_padding_mask", "decoder_padding_mask")}}
-    errors = _compare(folder, _ours(folder, "float64"), flipped)
+    errors = _compare(folder, _shared(folder, "float64"), flipped)
     assert errors["logits"] > BOUNDS["float64"], errors
 
 
@@ -213,8 +246,11 @@ def _model_batch(model) -> dict:
     return _batch(args["pad_token_id"], args["vocabulary_size"], args["decoder_vocabulary_size"])
 
 
-def test_keras_file_keeps_weights_and_hf_config(built, tmp_path):
-    family, model = built
+@pytest.mark.parametrize("name", ["bart", "mbart"])
+def test_keras_file_keeps_weights_and_hf_config(saved, name, tmp_path):
+    """BART's and mBART's `.keras` round trip (Marian's, tied, separate and untied: tests/hf/test_marian_keras.py's,
+    whose untied head is bart untied's FinalLogitsBias kernel)."""
+    family, model = FAMILIES[name], _shared(saved[name], "float64")
     model.save(tmp_path / "model.keras")
     loaded = keras.saving.load_model(tmp_path / "model.keras")
     assert type(loaded) is type(model) and family.hf_config(loaded) == family.hf_config(model)

@@ -5,7 +5,9 @@ decoder vocabulary, BART, mBART, T5 v1.0 and v1.1): our Keras model holding HF's
   as families.run gives them on both stacks (the backbone's on-request second graph: serving is unchanged);
 - the loss with labels (-100 ignored: HF's CrossEntropyLoss, the mean over the kept labels) and every gradient of it.
 Negative controls: the last layer's probabilities compared as the first's, the loss averaged over the padding too, and
-T5's RMS norm differentiated through 1 / sqrt by the chain rule instead of torch's rsqrt backward, are each caught."""
+T5's RMS norm differentiated through 1 / sqrt by the chain rule instead of torch's rsqrt backward, are each caught.
+float32 runs on one family per backbone class (Marian: BartFamilyBackbone; T5): its code is the same for every config
+of a class, which float64 proves on each."""
 
 from __future__ import annotations
 
@@ -23,23 +25,42 @@ from tf_impl.hf import families, fine_tuning, marian_weights, t5_layers, t5_weig
 from torch_impl.hf import families as torch_families
 
 BOUNDS = {"float64": 1e-12, "float32": 1e-5}
-DTYPES = tuple(BOUNDS)
+FLOAT32_FAMILIES = ("marian", "t5")  # one per backbone class
 TARGET_LENGTHS = (6, 4, 2)  # the labels' kept lengths, -100 after
+
+
+class Models(dict):
+    """dtype -> (HF's model, ours holding its weights), each built on first use (once for the module)."""
+
+    def __init__(self, made):
+        super().__init__()
+        self.made = made
+
+    def __missing__(self, dtype: str):
+        config = self.made.config.to_dict()
+        hf = torch_families.build(config, dtype)
+        torch_families.load_hf_weights(hf, {k: v.detach().numpy() for k, v in self.made.state_dict().items()})
+        ours = families.build(config, dtype)
+        families.load_hf_weights(ours, torch_families.hf_state(hf))
+        self[dtype] = (hf, ours)
+        return self[dtype]
+
+
+def _pair(family: str) -> dict:
+    made = hf_models.model(family)
+    return {"family": family, "config": made.config.to_dict(), "models": Models(made), "memo": {}}
 
 
 @pytest.fixture(scope="module", params=hf_models.FAMILIES)
 def pair(request) -> dict:
-    """One family's HF model and ours holding its weights, in each dtype (built once for the module)."""
-    made = hf_models.model(request.param)
-    config = made.config.to_dict()
-    models = {}
-    for dtype in DTYPES:
-        hf = torch_families.build(config, dtype)
-        torch_families.load_hf_weights(hf, {k: v.detach().numpy() for k, v in made.state_dict().items()})
-        ours = families.build(config, dtype)
-        families.load_hf_weights(ours, torch_families.hf_state(hf))
-        models[dtype] = (hf, ours)
-    return {"family": request.param, "config": config, "models": models, "memo": {}}
+    """One family's HF model and ours holding its weights (float64 here; float32 in `pair32`)."""
+    return _pair(request.param)
+
+
+@pytest.fixture(scope="module", params=FLOAT32_FAMILIES)
+def pair32(request) -> dict:
+    """The same for one family per backbone class, whose float32 is checked."""
+    return _pair(request.param)
 
 
 def _memo(pair: dict, key: tuple, compute):
@@ -68,13 +89,20 @@ def _relative(actual, expected) -> float:
 # ---- cross-attention probabilities ----
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_cross_attention_equals_hfs(pair, dtype):
+def _assert_cross_attention_equals_hfs(pair: dict, dtype: str) -> None:
     expected, actual = _runs(pair, dtype)
     assert actual["cross_attention"].shape == (3, hf_models.LAYERS, hf_models.HEADS, 6, 7)  # [B, L, N, T, S]
     errors = {name: _relative(actual[name], expected[name]) for name in pretrained.OUTPUTS}
     print(f"{pair['family']} {dtype}: {errors}")
     assert max(errors.values()) < BOUNDS[dtype], errors
+
+
+def test_cross_attention_equals_hfs(pair):
+    _assert_cross_attention_equals_hfs(pair, "float64")
+
+
+def test_cross_attention_equals_hfs_in_float32(pair32):
+    _assert_cross_attention_equals_hfs(pair32, "float32")
 
 
 def test_negative_control_the_last_layers_probabilities_as_the_firsts_are_caught(pair):
@@ -84,13 +112,11 @@ def test_negative_control_the_last_layers_probabilities_as_the_firsts_are_caught
     assert error > BOUNDS["float32"]
 
 
-def test_the_serving_graph_and_keras_file_do_not_hold_the_probe(pair, tmp_path):
+def test_the_serving_graph_and_keras_file_do_not_hold_the_probe(pair32, tmp_path):
     """Building the second graph leaves `.keras` files (config, weight paths) and `model(inputs)` as they were (once
     per backbone class: BartFamilyBackbone, T5Backbone)."""
-    if pair["family"] not in ("marian", "t5"):
-        pytest.skip("one family per backbone class")
-    _, ours = pair["models"]["float32"]
-    batch = pretrained.verification_batch(pair["config"])
+    _, ours = pair32["models"]["float32"]
+    batch = pretrained.verification_batch(pair32["config"])
     ours.save(tmp_path / "before.keras")
     logits = np.asarray(ours(batch))
     ours.backbone.with_cross_attention()
@@ -166,8 +192,7 @@ def _our_loss_and_gradients(model, config: dict, inputs: dict, labels: np.ndarra
     return float(loss), {names: as_hf[names].T if transpose else as_hf[names] for names, _, transpose in found}
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_loss_and_every_gradient_equal_hfs(pair, dtype):
+def _assert_loss_and_every_gradient_equal_hfs(pair: dict, dtype: str) -> None:
     ours = pair["models"][dtype][1]
     inputs, labels = _labels_batch(pair["config"])
     hf_loss, hf_grads = _hf_reference(pair, dtype)
@@ -176,6 +201,14 @@ def test_loss_and_every_gradient_equal_hfs(pair, dtype):
     loss_error = abs(loss - hf_loss) / abs(hf_loss)
     print(f"{pair['family']} {dtype}: loss {loss_error:.3g}, gradients max {max(errors.values()):.3g} of {len(errors)}")
     assert loss_error < BOUNDS[dtype] and max(errors.values()) < BOUNDS[dtype], (loss_error, errors)
+
+
+def test_loss_and_every_gradient_equal_hfs(pair):
+    _assert_loss_and_every_gradient_equal_hfs(pair, "float64")
+
+
+def test_loss_and_every_gradient_equal_hfs_in_float32(pair32):
+    _assert_loss_and_every_gradient_equal_hfs(pair32, "float32")
 
 
 class MeanOverPadding(fine_tuning.HFCrossEntropy):

@@ -5,10 +5,15 @@ tie_word_embeddings false (every matrix apart; read as tied, caught). Dropout ra
 activation_dropout) build, save and load, are ignored by inference and applied in training.
 Negative controls (the same comparison catches each naive variant): interleaved sin/cos, positions not rounded to
 float32 as HF's, no scale_embedding, no final_logits_bias, the padding mask's polarity flipped, the folder's file read
-as if it held every tied key. Also: the `.keras` round trip (bit for bit) and one error per bad config or state."""
+as if it held every tied key. Also: the `.keras` round trip (bit for bit) and one error per bad config or state.
+Each folder's model is built once per dtype and shared by the checks that read it (a build costs more than the checks);
+a check that alters it puts it back. float32 is checked on the tied config: the precision is the same code on every
+config, which float64 proves."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 
 import keras
@@ -49,15 +54,24 @@ def _batch(pad: int) -> dict:
             "decoder_padding_mask": target_mask}  # fmt: skip
 
 
-@pytest.fixture(scope="module", params=list(CONFIGS))
-def folder(request, tmp_path_factory):
+def _save(config: dict, path):
     """A user's folder: MarianMTModel from a config, random weights and a nonzero final_logits_bias, saved."""
     torch.manual_seed(0)
-    model = transformers.MarianMTModel(transformers.MarianConfig(**CONFIGS[request.param]))
+    model = transformers.MarianMTModel(transformers.MarianConfig(**config))
     model.final_logits_bias.normal_()  # nonzero in Marian checkpoints
-    path = tmp_path_factory.mktemp("marian")
     model.save_pretrained(path)
     return path
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory) -> dict:
+    """{name: a user's folder} for each of CONFIGS."""
+    return {name: _save(config, tmp_path_factory.mktemp("marian")) for name, config in CONFIGS.items()}
+
+
+@pytest.fixture(scope="module", params=list(CONFIGS))
+def folder(request, folders):
+    return folders[request.param]
 
 
 def _hf(path, dtype: str):
@@ -96,17 +110,32 @@ def _errors(ours: dict, reference: dict) -> dict:
     return {k: float(np.abs(ours[k] - reference[k]).max() / np.abs(reference[k]).max()) for k in OUTPUTS}
 
 
+@functools.cache
+def _shared(folder, dtype: str):
+    """Our model of `folder` in `dtype`, built once for the tests that read it (one that alters it restores it)."""
+    return _ours(folder, dtype)
+
+
+@functools.cache
+def _reference(folder, dtype: str) -> dict:
+    """HF's outputs of `folder` on its ragged batch, once."""
+    return _hf_outputs(_hf(folder, dtype), _batch(_config(folder)["pad_token_id"]))
+
+
 def _assert_computes_hf(folder, dtype: str) -> None:
     """Ours holding `folder` against HF's model of it on the ragged batch: every output within the dtype's bound."""
     batch = _batch(_config(folder)["pad_token_id"])
-    errors = _errors(_our_outputs(_ours(folder, dtype), batch), _hf_outputs(_hf(folder, dtype), batch))
+    errors = _errors(_our_outputs(_shared(folder, dtype), batch), _reference(folder, dtype))
     print(f"{folder.name} {dtype}: {errors}")
     assert max(errors.values()) < BOUNDS[dtype], errors
 
 
-@pytest.mark.parametrize("dtype", ["float64", "float32"])
-def test_ours_computes_hf_marian(folder, dtype):
-    _assert_computes_hf(folder, dtype)
+def test_ours_computes_hf_marian(folder):
+    _assert_computes_hf(folder, "float64")
+
+
+def test_ours_computes_hf_marian_in_float32(folders):
+    _assert_computes_hf(folders["tied"], "float32")
 
 
 def _interleaved(n_positions: int, dim: int, dtype: str) -> np.ndarray:
@@ -130,22 +159,37 @@ def _no_bias(model) -> None:
     model.final_logits_bias.bias.assign(np.zeros(model.final_logits_bias.bias.shape))
 
 
-NAIVE = {  # name -> (config change, change to the loaded model)
-    "interleaved sin/cos": ({}, lambda m: _set_tables(m, _interleaved)),
-    "positions not rounded to float32": ({}, lambda m: _set_tables(m, _unrounded)),
-    "no scale_embedding": ({"scale_embedding": False}, None),
-    "no final_logits_bias": ({}, _no_bias),
+NAIVE = {  # name -> (config change, change to the loaded model, the folders it is checked on)
+    "interleaved sin/cos": ({}, lambda m: _set_tables(m, _interleaved), tuple(CONFIGS)),
+    "positions not rounded to float32": ({}, lambda m: _set_tables(m, _unrounded), tuple(CONFIGS)),
+    "no final_logits_bias": ({}, _no_bias, tuple(CONFIGS)),
+    "no scale_embedding": ({"scale_embedding": False}, None, ("tied",)),  # one scale for both sides: a build, once
 }
 
 
-@pytest.mark.parametrize("naive", list(NAIVE))
-def test_naive_variants_are_caught(folder, naive):
-    batch, (change, alter) = _batch(_config(folder)["pad_token_id"]), NAIVE[naive]
-    reference = _hf_outputs(_hf(folder, "float64"), batch)
-    model = _ours(folder, "float64", {**_config(folder), **change})
-    if alter:
-        alter(model)
-    errors = _errors(_our_outputs(model, batch), reference)
+@contextlib.contextmanager
+def _restored(model):
+    """The shared model as it was once the block ends: its position tables and every variable put back."""
+    positions = (model.backbone.encoder_embed_positions, model.backbone.decoder_embed_positions)
+    tables, values = [layer.table for layer in positions], [_numpy(variable) for variable in model.weights]
+    try:
+        yield model
+    finally:
+        for layer, table in zip(positions, tables, strict=True):
+            layer.table = table
+        for variable, value in zip(model.weights, values, strict=True):
+            variable.assign(value)
+
+
+@pytest.mark.parametrize(("name", "naive"), [(name, naive) for naive, (*_, names) in NAIVE.items() for name in names])
+def test_naive_variants_are_caught(folders, name, naive):
+    folder, (change, alter, _) = folders[name], NAIVE[naive]
+    batch = _batch(_config(folder)["pad_token_id"])
+    model = _ours(folder, "float64", {**_config(folder), **change}) if change else _shared(folder, "float64")
+    with _restored(model):
+        if alter:
+            alter(model)
+        errors = _errors(_our_outputs(model, batch), _reference(folder, "float64"))
     print(f"{naive}: {errors}")
     assert errors["logits"] > BOUNDS["float64"], errors
 
@@ -153,8 +197,7 @@ def test_naive_variants_are_caught(folder, naive):
 def test_flipped_padding_mask_is_caught(folder):
     batch = _batch(_config(folder)["pad_token_id"])
     flipped = {**batch, **{k: 1 - batch[k] for k in ("encoder_padding_mask", "decoder_padding_mask")}}
-    reference = _hf_outputs(_hf(folder, "float64"), batch)
-    errors = _errors(_our_outputs(_ours(folder, "float64"), flipped), reference)
+    errors = _errors(_our_outputs(_shared(folder, "float64"), flipped), _reference(folder, "float64"))
     assert errors["logits"] > BOUNDS["float64"], errors
 
 
@@ -164,16 +207,20 @@ def test_the_saved_file_writes_tied_keys_once(folder):
     full = _hf(folder, "float64").state_dict()
     missing = sorted(set(full) - set(saved))
     assert "lm_head.weight" in missing, missing
-    model = marian.MarianSeq2SeqLM.from_hf_config(_config(folder), dtype="float64")
-    marian_weights.load_hf_weights(model, {k: v.numpy() for k, v in full.items()})  # every key, tables checked
+    with _restored(_shared(folder, "float64")) as model:
+        marian_weights.load_hf_weights(model, {k: v.numpy() for k, v in full.items()})  # every key, tables checked
 
 
-def test_keras_file_round_trip(folder, tmp_path):
-    model, batch = _ours(folder, "float64"), _batch(_config(folder)["pad_token_id"])
+def test_keras_file_round_trip(folders, tmp_path):
+    """The separate decoder vocabulary's model (its own decoder embedding); the tied one's: the dropout test below,
+    the untied one's: test_untied_keras_file_round_trip."""
+    folder = folders["separate decoder vocab"]
+    model, batch = _shared(folder, "float64"), _batch(_config(folder)["pad_token_id"])
     model.save(tmp_path / "marian.keras")
     loaded = keras.saving.load_model(tmp_path / "marian.keras")
     assert np.array_equal(_numpy(loaded(batch)), _numpy(model(batch)))
     assert loaded.backbone.get_config() == model.backbone.get_config()
+    assert marian.hf_config(loaded) == marian.hf_config(model)
 
 
 BAD_STATES = {  # change -> words the one error must hold
@@ -187,18 +234,18 @@ BAD_STATES = {  # change -> words the one error must hold
 
 @pytest.mark.parametrize("bad", list(BAD_STATES))
 def test_bad_state_is_one_error(folder, bad):
+    """Refused before any variable is set (load_hf_weights checks the whole state first): the shared model is kept."""
     state = {k: v.numpy() for k, v in _hf(folder, "float32").state_dict().items()}
     change, words = BAD_STATES[bad]
     change(state)
-    model = marian.MarianSeq2SeqLM.from_hf_config(_config(folder), dtype="float32")
     with pytest.raises(ValueError, match="does not fit the model") as error:
-        marian_weights.load_hf_weights(model, state)
+        marian_weights.load_hf_weights(_shared(folder, "float64"), state)
     assert words in str(error.value)
 
 
-def test_tied_keys_that_disagree_are_refused():
+def test_tied_keys_that_disagree_are_refused(folders):
     config = CONFIGS["tied"]
-    model = marian.MarianSeq2SeqLM.from_hf_config(config, dtype="float32")
+    model = _shared(folders["tied"], "float32")
     state = {k: v.numpy().copy() for k, v in transformers.MarianMTModel(transformers.MarianConfig(**config)).state_dict().items()}
     state["lm_head.weight"] += 1.0
     with pytest.raises(ValueError, match="tied keys disagree: model.shared.weight and lm_head.weight"):
@@ -240,15 +287,15 @@ EMBEDDING_KEYS = {"model.shared.weight", "model.encoder.embed_tokens.weight", "m
                   "lm_head.weight"}  # fmt: skip
 
 
+@pytest.fixture(scope="module")
+def untied_folders(tmp_path_factory) -> dict:
+    """{name: a user's folder of an untied MarianMTModel} (random weights, nonzero final_logits_bias)."""
+    return {name: _save(config, tmp_path_factory.mktemp("marian_untied")) for name, config in UNTIED.items()}
+
+
 @pytest.fixture(scope="module", params=list(UNTIED))
-def untied(request, tmp_path_factory):
-    """A user's folder of an untied MarianMTModel (random weights, nonzero final_logits_bias)."""
-    torch.manual_seed(0)
-    model = transformers.MarianMTModel(transformers.MarianConfig(**UNTIED[request.param]))
-    model.final_logits_bias.normal_()
-    path = tmp_path_factory.mktemp("marian_untied")
-    model.save_pretrained(path)
-    return path
+def untied(request, untied_folders):
+    return untied_folders[request.param]
 
 
 def test_untied_folder_holds_every_matrix_apart(untied):
@@ -260,27 +307,33 @@ def test_untied_folder_holds_every_matrix_apart(untied):
     assert pairs and all(not np.array_equal(saved[a], saved[b]) for a, b in pairs), pairs
 
 
-@pytest.mark.parametrize("dtype", ["float64", "float32"])
-def test_ours_computes_hf_marian_untied(untied, dtype):
-    _assert_computes_hf(untied, dtype)
+def test_ours_computes_hf_marian_untied(untied):
+    _assert_computes_hf(untied, "float64")  # float32: test_ours_computes_hf_marian_in_float32
 
 
-def test_untied_read_as_tied_is_caught(untied):
-    """Negative controls: the tied mapping refuses the untied file, and a model computing with the decoder's
-    embedding as its lm_head (what reading it as tied computes) misses HF's logits."""
+def test_untied_read_as_tied_is_refused(untied_folders):
+    """Negative control: the tied mapping refuses the untied file (the untied shared one: every tied key disagrees)."""
+    untied = untied_folders["untied shared"]
     tied = marian.MarianSeq2SeqLM.from_hf_config({**_config(untied), "tie_word_embeddings": True}, dtype="float64")
     with pytest.raises(ValueError, match="tied keys disagree"):
         marian_weights.load_hf_weights(tied, load_file(untied / "model.safetensors"))
+
+
+def test_untied_read_as_tied_is_caught(untied):
+    """Negative control: a model computing with the decoder's embedding as its lm_head (what reading the untied file
+    as tied computes) misses HF's logits."""
     batch = _batch(_config(untied)["pad_token_id"])
-    model = _ours(untied, "float64")
-    model.final_logits_bias.kernel.assign(model.backbone.decoder_embed_tokens.embeddings)
-    errors = _errors(_our_outputs(model, batch), _hf_outputs(_hf(untied, "float64"), batch))
+    with _restored(_shared(untied, "float64")) as model:
+        model.final_logits_bias.kernel.assign(model.backbone.decoder_embed_tokens.embeddings)
+        errors = _errors(_our_outputs(model, batch), _reference(untied, "float64"))
     assert errors["logits"] > BOUNDS["float64"], errors
 
 
-def test_untied_keras_file_round_trip(untied, tmp_path):
-    """Every HF matrix is a weight of ours (model.shared too, though no forward pass reads it) and survives `.keras`."""
-    model = _ours(untied, "float64")
+def test_untied_keras_file_round_trip(untied_folders, tmp_path):
+    """Every HF matrix is a weight of ours (model.shared too, though no forward pass reads it) and survives `.keras`:
+    the untied shared model, whose four matrices hold the untied separate one's three."""
+    untied = untied_folders["untied shared"]
+    model = _shared(untied, "float64")
     model.save(tmp_path / "marian.keras")
     loaded = keras.saving.load_model(tmp_path / "marian.keras")
     saved = load_file(untied / "model.safetensors")
@@ -294,12 +347,7 @@ RATES = {"dropout": 0.1, "attention_dropout": 0.2, "activation_dropout": 0.3}
 @pytest.fixture(scope="module")
 def dropping(tmp_path_factory):
     """A user's folder whose config has every dropout rate nonzero."""
-    torch.manual_seed(0)
-    model = transformers.MarianMTModel(transformers.MarianConfig(**CONFIGS["tied"], **RATES))
-    model.final_logits_bias.normal_()
-    path = tmp_path_factory.mktemp("marian_dropout")
-    model.save_pretrained(path)
-    return path
+    return _save({**CONFIGS["tied"], **RATES}, tmp_path_factory.mktemp("marian_dropout"))
 
 
 def test_dropout_rates_build_save_load_and_inference_ignores_them(dropping, tmp_path):
@@ -312,6 +360,8 @@ def test_dropout_rates_build_save_load_and_inference_ignores_them(dropping, tmp_
     model.save(tmp_path / "marian.keras")
     loaded = keras.saving.load_model(tmp_path / "marian.keras")
     assert {k: loaded.backbone.get_config()[k] for k in RATES} == RATES
+    assert loaded.backbone.get_config() == model.backbone.get_config()  # the tied model's round trip
+    assert marian.hf_config(loaded) == marian.hf_config(model)
     assert np.array_equal(_numpy(loaded(batch)), _numpy(model(batch)))
 
 
@@ -376,13 +426,15 @@ def test_gradients_equal_hfs_with_the_pad_row_frozen_in_lookups(folder):
     """The pad id's looked-up vectors pass no gradient to the embedding (nn.Embedding(padding_idx)); the tied lm_head
     still gives the pad row one: every gradient equals HF's in float64."""
     batch = _pad_batch(_config(folder)["pad_token_id"])
-    errors = gradient_errors(_our_gradients(_ours(folder, "float64"), batch), _hf_gradients(_hf(folder, "float64"), batch))
+    errors = gradient_errors(_our_gradients(_shared(folder, "float64"), batch), _hf_gradients(_hf(folder, "float64"), batch))
     print(f"{folder.name} gradients: max {max(errors.values()):.3g}")
     assert max(errors.values()) < BOUNDS["float64"], errors
 
 
-def test_negative_control_a_lookup_without_the_pad_stop_misses_hfs_embedding_gradient(folder):
-    """The same model told no pad id (a plain Keras Embedding lookup): its embedding gradient differs from HF's."""
+def test_negative_control_a_lookup_without_the_pad_stop_misses_hfs_embedding_gradient(folders):
+    """The same model told no pad id (a plain Keras Embedding lookup): its embedding gradient differs from HF's (the
+    tied config: one pad_row_lookup serves every embedding of every config)."""
+    folder = folders["tied"]
     batch, config = _pad_batch(_config(folder)["pad_token_id"]), _config(folder)
     naive = marian.MarianSeq2SeqLM(
         marian.MarianBackbone(**{**marian.from_hf_config(config), "pad_token_id": None}, dtype="float64")

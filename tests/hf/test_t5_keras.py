@@ -7,12 +7,17 @@ Negative controls (the same comparison catches each naive variant): the RMS vari
 float32 summed in another order, or 1/sqrt by rsqrt; the decoder's buckets bidirectional, the encoder's causal, the
 config's max_distance ignored; 1/sqrt(d_kv) attention scaling; the decoder output scaled by tie_word_embeddings
 instead of scale_decoder_outputs, or never; exact gelu for gated-gelu; the padding mask flipped; the untied folder
-read as tied. Also: hf_state -> write_folder -> from_pretrained, the `.keras` round trip, one error per bad input."""
+read as tied. Also: hf_state -> write_folder -> from_pretrained, the `.keras` round trip, one error per bad input.
+Each folder's model is built once per dtype and shared by the checks that read it (a check that alters it puts it
+back); a check runs on the configs where it says something (float32: v1.0 and v1.1, the precision's code on both)."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import math
+import shutil
 
 import keras
 import numpy as np
@@ -76,15 +81,20 @@ def make_folder(name: str, path):
     return path
 
 
-def only(folder, *names: str) -> None:
-    """Keep the folder's slow checks to the configs where they say something (each model build costs seconds)."""
-    if NAMES[folder] not in names:
-        pytest.skip(f"checked on {', '.join(names)}")
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory) -> dict:
+    """{name: a user's folder} for each of CONFIGS."""
+    return {name: make_folder(name, tmp_path_factory.mktemp("t5")) for name in CONFIGS}
 
 
 @pytest.fixture(scope="module", params=list(CONFIGS))
-def folder(request, tmp_path_factory):
-    return make_folder(request.param, tmp_path_factory.mktemp("t5"))
+def folder(request, saved):
+    return saved[request.param]
+
+
+def pairs(table: dict) -> list:
+    """(config name, check name) for each check of `table` (name -> (the configs it runs on, ...))."""
+    return [(name, check) for check, (names, *_) in table.items() for name in names]
 
 
 def hf_model(path, dtype: str):
@@ -123,12 +133,46 @@ def errors_of(mine: dict, reference: dict) -> dict:
     return {k: float(np.abs(mine[k] - reference[k]).max() / np.abs(reference[k]).max()) for k in OUTPUTS}
 
 
-@pytest.mark.parametrize("dtype", ["float64", "float32"])
-def test_ours_computes_hf_t5(folder, dtype):
-    batch = _batch()
-    errors = errors_of(our_outputs(ours(folder, dtype), batch), hf_outputs(hf_model(folder, dtype), batch))
+@functools.cache
+def shared(path, dtype: str):
+    """Our model of the folder in `dtype`, built once for the checks that read it (one that alters it restores it)."""
+    return ours(path, dtype)
+
+
+@functools.cache
+def reference(path, dtype: str) -> dict:
+    """HF's outputs of the folder on the ragged batch, once."""
+    return hf_outputs(hf_model(path, dtype), _batch())
+
+
+@contextlib.contextmanager
+def restored(model):
+    """The shared model as it was once the block ends: its variables and its buckets' direction put back."""
+    values = [_numpy(variable) for variable in model.weights]
+    biases = [model.backbone.encoder_relative_bias, model.backbone.decoder_relative_bias]
+    directions = [bias.bidirectional for bias in biases]
+    try:
+        yield model
+    finally:
+        for variable, value in zip(model.weights, values, strict=True):
+            variable.assign(value)
+        for bias, direction in zip(biases, directions, strict=True):
+            bias.bidirectional = direction
+
+
+def _assert_computes_hf(folder, dtype: str) -> None:
+    errors = errors_of(our_outputs(shared(folder, dtype), _batch()), reference(folder, dtype))
     print(f"{NAMES[folder]} {dtype}: {errors}")
     assert max(errors.values()) < BOUNDS[dtype], errors
+
+
+def test_ours_computes_hf_t5(folder):
+    _assert_computes_hf(folder, "float64")
+
+
+@pytest.mark.parametrize("name", ["v1.0", "v1.1"])
+def test_ours_computes_hf_t5_in_float32(saved, name):
+    _assert_computes_hf(saved[name], "float32")
 
 
 def _norm_in_model_dtype(self, x):
@@ -174,41 +218,41 @@ NAIVE = {  # name -> (configs it applies to, config change, change to the loaded
 
 
 @pytest.mark.parametrize("naive", list(NORMS))
-def test_naive_rms_norms_are_caught(folder, naive, monkeypatch):
-    only(folder, "v1.0")
-    batch, reference = _batch(), hf_outputs(hf_model(folder, "float64"), _batch())
+def test_naive_rms_norms_are_caught(saved, naive, monkeypatch):
+    """On v1.0: every config's norms are T5LayerNorm's one `call` (patched on the class: the shared model computes it)."""
+    folder = saved["v1.0"]
     monkeypatch.setattr(t5_layers.T5LayerNorm, "call", NORMS[naive])
-    errors = errors_of(our_outputs(ours(folder, "float64"), batch), reference)
+    errors = errors_of(our_outputs(shared(folder, "float64"), _batch()), reference(folder, "float64"))
     print(f"{naive}: {errors}")
     assert min(errors.values()) > BOUNDS["float64"], errors
 
 
-@pytest.mark.parametrize("naive", list(NAIVE))
-def test_naive_variants_are_caught(folder, naive):
-    names, change, alter = NAIVE[naive]
-    only(folder, *names)
-    batch, reference = _batch(), hf_outputs(hf_model(folder, "float64"), _batch())
-    model = ours(folder, "float64", {**config_of(folder), **change})
-    if alter:
-        alter(model)
-    errors = errors_of(our_outputs(model, batch), reference)
+@pytest.mark.parametrize(("name", "naive"), pairs(NAIVE))
+def test_naive_variants_are_caught(saved, name, naive):
+    folder, (_, change, alter) = saved[name], NAIVE[naive]
+    model = ours(folder, "float64", {**config_of(folder), **change}) if change else shared(folder, "float64")
+    with restored(model):
+        if alter:
+            alter(model)
+        errors = errors_of(our_outputs(model, _batch()), reference(folder, "float64"))
     print(f"{naive}: {errors}")
     assert errors["logits"] > BOUNDS["float64"], errors
 
 
-def test_flipped_padding_mask_is_caught(folder):
-    only(folder, "v1.1")
-    batch = _batch()
+def test_flipped_padding_mask_is_caught(saved):
+    folder, batch = saved["v1.1"], _batch()
     flipped = {**batch, **{k: 1 - batch[k] for k in ("encoder_padding_mask", "decoder_padding_mask")}}
-    errors = errors_of(our_outputs(ours(folder, "float64"), flipped), hf_outputs(hf_model(folder, "float64"), batch))
+    errors = errors_of(our_outputs(shared(folder, "float64"), flipped), reference(folder, "float64"))
     assert errors["logits"] > BOUNDS["float64"], errors
 
 
-def test_round_trip_through_hf_folder(folder, tmp_path):
+@pytest.mark.parametrize("name", ["v1.1 untied", "gated-silu"])
+def test_round_trip_through_hf_folder(saved, name, tmp_path):
     """hf_state -> write_folder -> from_pretrained: no missing or unexpected key, HF's logits equal ours; and
-    load_hf_weights(hf_state(m)) reproduces m bit for bit."""
-    only(folder, "v1.0", "v1.1 untied", "gated-silu")
-    model, batch = ours(folder, "float64"), _batch()
+    load_hf_weights(hf_state(m)) reproduces m bit for bit. Untied (its own lm_head) and tied with a scaled decoder
+    output (gated-silu, as v1.0), fewer decoder layers and other buckets."""
+    folder = saved[name]
+    model, batch = shared(folder, "float64"), _batch()
     state = t5.hf_state(model)
     assert set(state) == set(hf_model(folder, "float64").state_dict())
     write_folder(tmp_path / "out", t5.hf_config(model), state, source=folder)
@@ -234,33 +278,37 @@ def test_hand_built_model_gets_a_config_hf_reads_alike(tmp_path):
     assert max(errors.values()) < BOUNDS["float64"], errors
 
 
-def test_keras_file_round_trip(folder, tmp_path):
-    only(folder, "v1.0", "v1.1 untied")
-    model, batch = ours(folder, "float64"), _batch()
+def test_keras_file_round_trip(saved, tmp_path):
+    """The untied v1.1: every variable of the tied model and its own lm_head (v1.0's on JAX and torch:
+    tests/keras/test_hf_t5_backends.py)."""
+    folder = saved["v1.1 untied"]
+    model, batch = shared(folder, "float64"), _batch()
     model.save(tmp_path / "t5.keras")
     loaded = keras.saving.load_model(tmp_path / "t5.keras")
     assert np.array_equal(_numpy(loaded(batch)), _numpy(model(batch)))
     assert t5.hf_config(loaded) == {**config_of(folder), "dtype": "float64"}
 
 
-def test_untied_folder_read_as_tied_is_refused(folder):
-    only(folder, "v1.1 untied")
+def test_untied_folder_read_as_tied_is_refused(saved):
+    folder = saved["v1.1 untied"]
     tied = t5.build({**config_of(folder), "tie_word_embeddings": True}, dtype="float64")
     with pytest.raises(ValueError, match="tied keys disagree: shared.weight and lm_head.weight"):
         t5.load_hf_weights(tied, load_file(folder / "model.safetensors"))
-    model = ours(folder, "float64")
-    model.lm_head.kernel.assign(model.backbone.token_embedding.embeddings)  # what reading it as tied computes
-    errors = errors_of(our_outputs(model, _batch()), hf_outputs(hf_model(folder, "float64"), _batch()))
+    with restored(shared(folder, "float64")) as model:
+        model.lm_head.kernel.assign(model.backbone.token_embedding.embeddings)  # what reading it as tied computes
+        errors = errors_of(our_outputs(model, _batch()), reference(folder, "float64"))
     assert errors["logits"] > BOUNDS["float64"], errors
 
 
-def test_cross_attention_bias_key_is_ignored_as_hf_ignores_it(tmp_path):
+def test_cross_attention_bias_key_is_ignored_as_hf_ignores_it(saved, tmp_path):
     """Old checkpoints carry decoder block 0's EncDecAttention.relative_attention_bias: HF drops it, so do we."""
-    path = make_folder("v1.0", tmp_path / "t5")
+    path = shutil.copytree(saved["v1.0"], tmp_path / "t5")
     state = load_file(path / "model.safetensors")
     key = t5_weights.IGNORED[0]
     save_file({**state, key: np.ones((8, 2), "float32")}, path / "model.safetensors", metadata={"format": "pt"})
-    errors = errors_of(our_outputs(ours(path, "float64"), _batch()), hf_outputs(hf_model(path, "float64"), _batch()))
+    with restored(shared(saved["v1.0"], "float64")) as model:
+        t5.load_hf_weights(model, load_file(path / "model.safetensors"))
+        errors = errors_of(our_outputs(model, _batch()), hf_outputs(hf_model(path, "float64"), _batch()))
     assert max(errors.values()) < BOUNDS["float64"], errors
 
 
@@ -321,14 +369,13 @@ BAD_STATES = {  # change -> words the one error must hold
 
 
 @pytest.mark.parametrize("bad", list(BAD_STATES))
-def test_bad_state_is_one_error(bad):
-    torch.manual_seed(0)
-    hf = transformers.T5ForConditionalGeneration(transformers.T5Config(**CONFIGS["v1.0"]))
-    state = {k: v.numpy().copy() for k, v in hf.state_dict().items()}
+def test_bad_state_is_one_error(saved, bad):
+    """Refused before any variable is set (load_hf_weights checks the whole state first): the shared model is kept."""
+    state = {k: v.numpy().copy() for k, v in hf_model(saved["v1.0"], "float32").state_dict().items()}
     change, words = BAD_STATES[bad]
     change(state)
     with pytest.raises(ValueError, match="does not fit the model") as error:
-        t5.load_hf_weights(t5.build(CONFIGS["v1.0"]), state)
+        t5.load_hf_weights(shared(saved["v1.0"], "float64"), state)
     assert words in str(error.value)
 
 
