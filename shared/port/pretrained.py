@@ -70,7 +70,10 @@ def is_pretrained(src: Endpoint, dst: Endpoint, config: str | None) -> bool:
     if src.format.pretrained or dst.format.pretrained or config is not None:
         return True
     if src.format is ALL["keras"] and src.path.is_file():
-        name = file_metadata.keras_registered_name(src.path) or ""
+        try:
+            name = file_metadata.keras_registered_name(src.path) or ""
+        except ValueError:  # a config.json that is no JSON: the catalogue's reader names the file's problem
+            return False
         return name.startswith(KERAS_CLASSES)
     return False
 
