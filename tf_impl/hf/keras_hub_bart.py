@@ -13,6 +13,7 @@ from __future__ import annotations
 import keras
 import numpy as np
 
+from tf_impl.hf import marian_weights
 from tf_impl.keras_compat import backends
 
 try:
@@ -188,17 +189,12 @@ def _attention_shape(shape: tuple, names: tuple) -> tuple:
 
 
 def _value(state: dict, names: tuple, variable, kind: str, problems: list):
-    present = [name for name in names if name in state]
-    if not present:
-        problems.append(f"missing: {' or '.join(names)}")
+    first, key = marian_weights.stored(state, names, problems)
+    if first is None:
         return None
-    first = np.asarray(state[present[0]])
-    for other in present[1:]:
-        if not np.array_equal(np.asarray(state[other]), first):
-            problems.append(f"tied keys disagree: {present[0]} and {other} hold different matrices")
     wanted = _hf_shape(tuple(variable.shape), kind, names)
     if tuple(first.shape) != wanted:
-        problems.append(f"shape: {present[0]} is {tuple(first.shape)}, the model needs {wanted}")
+        problems.append(f"shape: {key} is {tuple(first.shape)}, the model needs {wanted}")
         return None
     return _to_keras(first, tuple(variable.shape), kind)
 

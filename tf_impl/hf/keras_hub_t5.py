@@ -145,7 +145,7 @@ def load_hf_weights(model, state: dict) -> None:
     found = targets(model)
     for names, variable, transpose in found:
         used.update(names)
-        value = t5_weights._value(state, names, variable, transpose, problems)
+        value = t5_weights.hf_value(state, names, variable, transpose, problems)
         if value is not None:
             assignments.append((variable, value))
     problems += [f"unexpected: {key}" for key in sorted(set(state) - used)]

@@ -82,18 +82,29 @@ def _tables(model) -> dict:
             for side in ("encoder", "decoder")}  # fmt: skip
 
 
-def _value(state: dict, names: tuple, variable, transpose: bool, problems: list):
+def stored(state: dict, names: tuple, problems: list) -> tuple[np.ndarray | None, str]:
+    """The array HF's state holds under `names` (a tie's keys: the first present, every other equal to it) and its key;
+    (None, "") where none is present. Each problem is appended to `problems`."""
     present = [name for name in names if name in state]
     if not present:
         problems.append(f"missing: {' or '.join(names)}")
-        return None
+        return None, ""
     first = np.asarray(state[present[0]])
     for other in present[1:]:
         if not np.array_equal(np.asarray(state[other]), first):
-            problems.append(f"tied keys disagree: {present[0]} and {other} hold different matrices")
+            hint = " (an untied lm_head: config.json's tie_word_embeddings false)" if other == "lm_head.weight" else ""
+            problems.append(f"tied keys disagree: {present[0]} and {other} hold different matrices{hint}")
+    return first, present[0]
+
+
+def hf_value(state: dict, names: tuple, variable, transpose: bool, problems: list):
+    """The array for `variable` (transposed for a Dense kernel), its shape checked; None where a problem was recorded."""
+    first, key = stored(state, names, problems)
+    if first is None:
+        return None
     value = first.T if transpose else first
     if tuple(value.shape) != tuple(variable.shape):
-        problems.append(f"shape: {present[0]} is {tuple(first.shape)}, the model needs {tuple(variable.shape)}"
+        problems.append(f"shape: {key} is {tuple(first.shape)}, the model needs {tuple(variable.shape)}"
                         f"{' (transposed)' if transpose else ''}")  # fmt: skip
         return None
     return value
@@ -110,7 +121,7 @@ def load_hf_weights(model, state: dict) -> None:
     problems, assignments, used = [], [], set(_tables(model))
     for names, variable, transpose in targets(model):
         used.update(names)
-        value = _value(state, names, variable, transpose, problems)
+        value = hf_value(state, names, variable, transpose, problems)
         if value is not None:
             assignments.append((variable, value))
     problems += [f"unexpected: {key}" for key in sorted(set(state) - used)]

@@ -12,6 +12,8 @@ from __future__ import annotations
 import keras
 import numpy as np
 
+from tf_impl.hf.marian_weights import hf_value  # one reading of a tie's keys for every family
+
 IGNORED = ("decoder.block.0.layer.1.EncDecAttention.relative_attention_bias.weight",)
 EMBEDDINGS = ("shared.weight", "encoder.embed_tokens.weight", "decoder.embed_tokens.weight")
 
@@ -52,24 +54,6 @@ def targets(model) -> list:
     return found
 
 
-def _value(state: dict, names: tuple, variable, transpose: bool, problems: list):
-    present = [name for name in names if name in state]
-    if not present:
-        problems.append(f"missing: {' or '.join(names)}")
-        return None
-    first = np.asarray(state[present[0]])
-    for other in present[1:]:
-        if not np.array_equal(np.asarray(state[other]), first):
-            hint = " (an untied lm_head: config.json's tie_word_embeddings false)" if other == "lm_head.weight" else ""
-            problems.append(f"tied keys disagree: {present[0]} and {other} hold different matrices{hint}")
-    value = first.T if transpose else first
-    if tuple(value.shape) != tuple(variable.shape):
-        problems.append(f"shape: {present[0]} is {tuple(first.shape)}, the model needs {tuple(variable.shape)}"
-                        f"{' (transposed)' if transpose else ''}")  # fmt: skip
-        return None
-    return value
-
-
 def load_hf_weights(model, state: dict) -> None:
     """Set every variable of a T5Seq2SeqLM from HF's state dict; one ValueError listing every problem. An untied lm_head
     missing from the state takes the shared matrix, as HF's tie_weights fills it."""
@@ -79,7 +63,7 @@ def load_hf_weights(model, state: dict) -> None:
     found = targets(model)
     for names, variable, transpose in found:
         used.update(names)
-        value = _value(state, names, variable, transpose, problems)
+        value = hf_value(state, names, variable, transpose, problems)
         if value is not None:
             assignments.append((variable, value))
     problems += [f"unexpected: {key}" for key in sorted(set(state) - used)]
