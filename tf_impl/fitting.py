@@ -51,7 +51,8 @@ def keras_batch(spec: catalogue.ModelSpec, arrays: Mapping, schedule) -> tuple[d
 
 
 @contextlib.contextmanager
-def _floatx(dtype: str):
+def floatx_as(dtype: str):
+    """Keras's floatx set to `dtype` inside the block (a metric or loss tracker built there computes in it)."""
     previous = keras.config.floatx()
     keras.config.set_floatx(dtype)
     try:
@@ -66,7 +67,7 @@ class ModelDtypeMetrics:
     strategy takes a boolean input (the teacher-forcing schedule)."""
 
     def compile(self, *args, **kwargs):
-        with _floatx(self.compute_dtype):
+        with floatx_as(self.compute_dtype):
             super().compile(*args, **kwargs)
 
     def _maybe_symbolic_build(self, iterator=None, data_batch=None):

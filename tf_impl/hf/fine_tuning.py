@@ -12,11 +12,11 @@ the kept tokens). Legend: B batch, S source length, T target length, V vocabular
 
 from __future__ import annotations
 
-import contextlib
-
 import keras
 import numpy as np
 from keras import ops
+
+from tf_impl.fitting import floatx_as
 
 IGNORE_INDEX = -100  # torch.nn.CrossEntropyLoss's ignore_index: HF's labels at padding
 
@@ -91,20 +91,10 @@ class HFCrossEntropy(keras.losses.Loss):
         return cls(**config)
 
 
-@contextlib.contextmanager
-def _floatx(dtype: str):
-    previous = keras.config.floatx()
-    keras.config.set_floatx(dtype)
-    try:
-        yield
-    finally:
-        keras.config.set_floatx(previous)
-
-
 def compile_for_fine_tuning(model, optimizer, loss=None, **compile_options) -> None:
     """`model.compile` with HF's loss in the model's dtype (default), the loss tracker made in that dtype too (Keras's
     makes it in floatx: a float64 model's reported loss would be rounded to float32)."""
-    with _floatx(model.compute_dtype):
+    with floatx_as(model.compute_dtype):
         model.compile(optimizer=optimizer, loss=loss or HFCrossEntropy(dtype=model.compute_dtype), **compile_options)
 
 

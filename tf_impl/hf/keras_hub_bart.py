@@ -214,21 +214,10 @@ def _check_bias(model, state: dict, problems: list) -> None:
 def load_hf_weights(model, state: dict) -> None:
     """Set every variable of a BartSeq2SeqLM from HF's state dict (BartForConditionalGeneration.state_dict() as numpy);
     one ValueError listing every problem."""
-    problems, assignments, used = [], [], {"final_logits_bias"}
-    found = targets(model)
-    for names, variable, kind in found:
-        used.update(names)
-        value = _value(state, names, variable, kind, problems)
-        if value is not None:
-            assignments.append((variable, value))
+    problems: list = []
     _check_bias(model, state, problems)
-    problems += [f"unexpected: {key}" for key in sorted(set(state) - used)]
-    mapped = {id(variable) for _, variable, _ in found}
-    problems += [f"no HF key for the model's variable {v.path}" for v in model.weights if id(v) not in mapped]
-    if problems:
-        raise ValueError("HF BART state dict does not fit keras-hub's BartSeq2SeqLM:\n  " + "\n  ".join(problems))
-    for variable, value in assignments:
-        variable.assign(value.astype(variable.dtype))
+    marian_weights.assign_strict(model, targets(model), state, {"final_logits_bias"},
+                                 "HF BART state dict does not fit keras-hub's BartSeq2SeqLM", problems, _value)  # fmt: skip
 
 
 def _to_hf(value: np.ndarray, kind: str, names: tuple) -> np.ndarray:

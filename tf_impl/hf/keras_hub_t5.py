@@ -16,7 +16,7 @@ from __future__ import annotations
 import keras
 import numpy as np
 
-from tf_impl.hf import t5, t5_weights
+from tf_impl.hf import marian_weights, t5, t5_weights
 from tf_impl.keras_compat import backends
 
 try:
@@ -141,20 +141,8 @@ def load_hf_weights(model, state: dict) -> None:
     HF's tie_weights fills it."""
     if not model.backbone.tie_embedding_weights and "lm_head.weight" not in state and "shared.weight" in state:
         state = {**state, "lm_head.weight": state["shared.weight"]}
-    problems, assignments, used = [], [], set(t5_weights.IGNORED)
-    found = targets(model)
-    for names, variable, transpose in found:
-        used.update(names)
-        value = t5_weights.hf_value(state, names, variable, transpose, problems)
-        if value is not None:
-            assignments.append((variable, value))
-    problems += [f"unexpected: {key}" for key in sorted(set(state) - used)]
-    mapped = {id(variable) for _, variable, _ in found}
-    problems += [f"no HF key for the model's variable {v.path}" for v in model.weights if id(v) not in mapped]
-    if problems:
-        raise ValueError("HF T5 state dict does not fit keras-hub's T5Seq2SeqLM:\n  " + "\n  ".join(problems))
-    for variable, value in assignments:
-        variable.assign(value.astype(variable.dtype))
+    marian_weights.assign_strict(model, targets(model), state, set(t5_weights.IGNORED),
+                                 "HF T5 state dict does not fit keras-hub's T5Seq2SeqLM", [])  # fmt: skip
 
 
 def _activation(backbone) -> tuple[str, bool]:

@@ -116,23 +116,33 @@ def _check_tables(model, state: dict, problems: list) -> None:
             problems.append(f"{key} is not Marian's sinusoidal table (sin half then cos half, float32 values)")
 
 
+def assign_strict(model, found: list, state: dict, known: set, title: str, problems: list, value=None) -> None:
+    """Every variable of `model` from HF's `state` through `found` ((HF keys, variable, how) triples, `value` reading
+    each: hf_value by default), strictly: every key used or `known`, every variable mapped, a tie's keys equal. One
+    ValueError titled `title` lists every problem (`problems` holds the caller's own); nothing is assigned before."""
+    value = value or hf_value
+    assignments, used = [], set(known)
+    for names, variable, how in found:
+        used.update(names)
+        array = value(state, names, variable, how, problems)
+        if array is not None:
+            assignments.append((variable, array))
+    problems += [f"unexpected: {key}" for key in sorted(set(state) - used)]
+    mapped = {id(variable) for _, variable, _ in found}
+    problems += [f"no HF key for the model's variable {v.path}" for v in model.weights if id(v) not in mapped]
+    if problems:
+        raise ValueError(f"{title}:\n  " + "\n  ".join(problems))
+    for variable, array in assignments:
+        variable.assign(array.astype(variable.dtype))
+
+
 def load_hf_weights(model, state: dict) -> None:
     """Set every variable of a Seq2SeqLM of the family from HF's state dict; one ValueError listing every problem."""
-    problems, assignments, used = [], [], set(_tables(model))
-    for names, variable, transpose in targets(model):
-        used.update(names)
-        value = hf_value(state, names, variable, transpose, problems)
-        if value is not None:
-            assignments.append((variable, value))
-    problems += [f"unexpected: {key}" for key in sorted(set(state) - used)]
-    mapped = {id(variable) for _, variable, _ in targets(model)}
-    problems += [f"no HF key for the model's variable {v.path}" for v in model.weights if id(v) not in mapped]
+    problems: list = []
     _check_tables(model, state, problems)
-    if problems:
-        family = type(model).__name__.removesuffix("Seq2SeqLM")
-        raise ValueError(f"HF {family} state dict does not fit the model:\n  " + "\n  ".join(problems))
-    for variable, value in assignments:
-        variable.assign(value.astype(variable.dtype))
+    family = type(model).__name__.removesuffix("Seq2SeqLM")
+    assign_strict(model, targets(model), state, set(_tables(model)), f"HF {family} state dict does not fit the model",
+                  problems)  # fmt: skip
 
 
 def hf_state(model) -> dict:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import keras
 import numpy as np
 
-from tf_impl.hf.marian_weights import hf_value  # one reading of a tie's keys for every family
+from tf_impl.hf.marian_weights import assign_strict  # one strict reading for every family
 
 IGNORED = ("decoder.block.0.layer.1.EncDecAttention.relative_attention_bias.weight",)
 EMBEDDINGS = ("shared.weight", "encoder.embed_tokens.weight", "decoder.embed_tokens.weight")
@@ -59,20 +59,7 @@ def load_hf_weights(model, state: dict) -> None:
     missing from the state takes the shared matrix, as HF's tie_weights fills it."""
     if not model.lm_head.tied and "lm_head.weight" not in state and "shared.weight" in state:
         state = {**state, "lm_head.weight": state["shared.weight"]}
-    problems, assignments, used = [], [], set(IGNORED)
-    found = targets(model)
-    for names, variable, transpose in found:
-        used.update(names)
-        value = hf_value(state, names, variable, transpose, problems)
-        if value is not None:
-            assignments.append((variable, value))
-    problems += [f"unexpected: {key}" for key in sorted(set(state) - used)]
-    mapped = {id(variable) for _, variable, _ in found}
-    problems += [f"no HF key for the model's variable {v.path}" for v in model.weights if id(v) not in mapped]
-    if problems:
-        raise ValueError("HF T5 state dict does not fit the model:\n  " + "\n  ".join(problems))
-    for variable, value in assignments:
-        variable.assign(value.astype(variable.dtype))
+    assign_strict(model, targets(model), state, set(IGNORED), "HF T5 state dict does not fit the model", [])
 
 
 def hf_state(model) -> dict[str, np.ndarray]:
