@@ -192,6 +192,7 @@ LAYERS = (
     "core",
     "io",
     "data",
+    "generation",  # Hugging Face's generation rules over an array namespace each stack provides
     "verify",
     "train",
     "hf",  # Hugging Face model folders: read whole and written back exactly

@@ -39,6 +39,8 @@ ONE_STACK_MEMBERS = {
     ("models/seq2seq.py", "Seq2SeqBase"): {"method inference_steps"},
     # Keras's hook naming the mask a layer's outputs carry (none: not the context's); torch has no implicit masks
     ("models/tf_tutorial_mha.py", "Decoder"): {"method compute_mask"},
+    # torch's eager array namespace lifts python scalars to tensors itself; keras.ops takes them as they are
+    ("generation.py", "Arrays"): {"method _tensor"},
     ("train.py", "Trainer"): {"method _forward_loss", "method _update_step", "self._forward", "self._update",
                               "self.keras_model", "self.naive_shards"},  # torchrun's ranks: torch's data parallelism
 }  # fmt: skip

@@ -73,3 +73,32 @@ def logits(built: torch.nn.Module, family: str) -> torch.Tensor:
     """The model's logits [B, T, V] on `batch(family)`."""
     with torch.no_grad():
         return built(**batch(family)).logits  # [B, T, V]
+
+
+def trained(family: str, steps: int = 150, seed: int = 0) -> torch.nn.Module:
+    """A tiny `family` model trained `steps` Adam steps to reverse its source: its distributions depend on the source
+    and the history, and its hypotheses end at different lengths, as a real translation model's do (a random one
+    repeats one token). Sources: ids 3..VOCAB-3, lengths 2..9, then eos."""
+    import numpy as np
+
+    built = model(family, seed=seed).train()
+    target = DECODER_VOCAB if family == "marian_separate" else VOCAB
+    pad, eos = built.config.pad_token_id, built.config.eos_token_id
+    rng, optimizer = np.random.default_rng(seed), torch.optim.Adam(built.parameters(), 3e-3)
+    for _ in range(steps):
+        lengths = rng.integers(2, 10, 32)  # [32]
+        width = int(lengths.max()) + 1
+        source = rng.integers(3, min(target, VOCAB) - 2, (32, width))  # [32, S]
+        kept = np.arange(width)[None] < lengths[:, None]  # [32, S]
+        ids = np.where(kept, source, pad)
+        ids[np.arange(32), lengths] = eos
+        labels = np.full((32, width), -100)
+        for row, length in enumerate(lengths):
+            labels[row, :length] = source[row, :length][::-1]
+            labels[row, length] = eos
+        mask = (np.arange(width)[None] <= lengths[:, None]).astype(np.int64)
+        loss = built(input_ids=torch.as_tensor(ids), attention_mask=torch.as_tensor(mask), labels=torch.as_tensor(labels)).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return built.eval()

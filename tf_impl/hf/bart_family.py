@@ -215,18 +215,36 @@ class BartFamilyBackbone(CrossAttentionOutputs, PlainUntilBuilt, keras.Model):
 
     def _embed(self, tokens, embedding, positions, norm, training=False):
         x = layers.pad_row_lookup(embedding, tokens, self.pad_token_id)  # [B, L, E]
-        x = x * layers.constant(self.embed_scale, x) + positions(x)  # [B, L, E]
+        return self._scaled(x, positions(x), norm, training)  # [B, L, E]
+
+    def _scaled(self, x, rows, norm, training=False):
+        """Looked-up tokens x [B, L, E] * embed_scale + position rows [L, E], layernorm_embedding, dropout."""
+        x = x * layers.constant(self.embed_scale, x) + rows  # [B, L, E]
         return self.embed_dropout(norm(x) if norm is not None else x, training=training)  # [B, L, E]
+
+    def encode(self, token_ids, mask):
+        """The encoder on token ids [B, S] under HF's additive padding mask [B, 1, 1, S] -> its output [B, S, E]."""
+        x = self._embed(token_ids, self.encoder_embed_tokens, self.encoder_embed_positions,
+                        self.encoder_layernorm_embedding)  # [B, S, E]  # fmt: skip
+        for layer in self.encoder_layers:
+            x = layer(x, mask)  # [B, S, E]
+        return self.encoder_layer_norm(x) if self.encoder_layer_norm is not None else x  # [B, S, E]
+
+    def embed_step(self, tokens, index):
+        """A decoding step's decoder input: tokens [B] at position `index` (a traced scalar allowed) embedded as the
+        decoder's forward embeds them -> [B, 1, E]."""
+        x = layers.pad_row_lookup(self.decoder_embed_tokens, tokens[:, None], self.pad_token_id)  # [B, 1, E]
+        return self._scaled(x, self.decoder_embed_positions.at(index), self.decoder_layernorm_embedding)  # [B, 1, E]
+
+    def decoder_output(self, y):
+        """The decoder's last norm (mBART's layer_norm) on its layers' output [B, T, E]."""
+        return self.decoder_layer_norm(y) if self.decoder_layer_norm is not None else y  # [B, T, E]
 
     def _forward(self, graph_inputs, cross_attention: bool = False):
         """The functional graph: encoder then decoder, masks as HF's eager attention adds them (cross_attention: the
         decoder layers' cross-attention probabilities too, for `with_cross_attention`)."""
         encoder_mask, self_mask = self.masks(graph_inputs["encoder_padding_mask"], graph_inputs["decoder_padding_mask"])
-        x = self._embed(graph_inputs["encoder_token_ids"], self.encoder_embed_tokens, self.encoder_embed_positions,
-                        self.encoder_layernorm_embedding)  # [B, S, E]  # fmt: skip
-        for layer in self.encoder_layers:
-            x = layer(x, encoder_mask)  # [B, S, E]
-        encoder_output = self.encoder_layer_norm(x) if self.encoder_layer_norm is not None else x  # [B, S, E]
+        encoder_output = self.encode(graph_inputs["encoder_token_ids"], encoder_mask)  # [B, S, E]
         y = self._embed(graph_inputs["decoder_token_ids"], self.decoder_embed_tokens, self.decoder_embed_positions,
                         self.decoder_layernorm_embedding)  # [B, T, E]  # fmt: skip
         weights = []
@@ -236,7 +254,7 @@ class BartFamilyBackbone(CrossAttentionOutputs, PlainUntilBuilt, keras.Model):
                 weights.append(probabilities)  # [B, N, T, S]
             else:
                 y = layer(y, self_mask, encoder_output, encoder_mask)  # [B, T, E]
-        y = self.decoder_layer_norm(y) if self.decoder_layer_norm is not None else y  # [B, T, E]
+        y = self.decoder_output(y)  # [B, T, E]
         outputs = {"encoder_sequence_output": encoder_output, "decoder_sequence_output": y}
         return stacked(weights, outputs) if cross_attention else outputs
 
@@ -267,6 +285,12 @@ class BartFamilySeq2SeqLM(PlainUntilBuilt, keras.Model):
         super().__init__(inputs=graph_inputs, outputs=self.final_logits_bias(hidden), **kwargs)
         self._initialized = True
         self.dtype_policy = backbone.dtype_policy
+
+    def decoding(self):
+        """The key/value-cached decoding object (start, step) a generation loop calls (tf_impl/hf/decoding.py)."""
+        from tf_impl.hf.decoding import BartFamilyDecoding
+
+        return BartFamilyDecoding(self)
 
     def get_config(self):
         return {"name": self.name, "backbone": keras.saving.serialize_keras_object(self.backbone)}

@@ -55,6 +55,21 @@ def causal_padding_mask(mask, dtype: str):
     return additive_mask(ops.logical_and(causal[None, None], ops.cast(mask, "bool")[:, None, None, :]), dtype)
 
 
+def cache_mask(index, length: int, dtype: str):
+    """A decoding step's causal mask: the query at position `index` (a traced scalar allowed) may attend the cache's
+    positions 0..index of `length`, not the later ones (zeros, or a beam's stale rows) [1, 1, 1, L]."""
+    return additive_mask(ops.arange(length, dtype="int32") <= ops.cast(index, "int32"), dtype)[None, None, None, :]
+
+
+def write_cache(cache: tuple, new: tuple, index) -> tuple:
+    """Each cache [B, N, L, D] (keys, values) with `new`'s [B, N, 1, D] written at position `index` (a traced scalar
+    allowed: slice_update keeps the static shape; JAX wants every start index of one integer type)."""
+    index = ops.cast(index, "int32")
+    zero = ops.zeros_like(index)
+    start = (zero, zero, index, zero)
+    return tuple(ops.slice_update(old, start, value) for old, value in zip(cache, new, strict=True))  # [B, N, L, D] each
+
+
 @keras.saving.register_keras_serializable(package="rosetta_hf")
 class MarianMasks(keras.layers.Layer):
     """Both padding masks (1 real, 0 pad) as HF's additive masks: encoder keys [B, 1, 1, S], causal decoder [B, 1, T, T]."""
@@ -75,8 +90,14 @@ class MarianPositions(keras.layers.Layer):
         self.table = marian_sinusoid(max_positions, dim, self.compute_dtype)  # [P, E]
 
     def call(self, embeddings):
-        length = ops.shape(embeddings)[1]
-        return ops.take(ops.convert_to_tensor(self.table, dtype=self.compute_dtype), ops.arange(length), axis=0)  # [S, E]
+        return self.rows(ops.arange(ops.shape(embeddings)[1]))  # [S, E]
+
+    def at(self, index):
+        """The row of position `index` (a traced scalar allowed) [1, E]: a decoding step's."""
+        return self.rows(ops.reshape(index, (1,)))  # [1, E]
+
+    def rows(self, positions):
+        return ops.take(ops.convert_to_tensor(self.table, dtype=self.compute_dtype), positions, axis=0)  # [S, E]
 
     def get_config(self):
         return {**super().get_config(), "max_positions": self.max_positions, "dim": self.dim}
@@ -94,8 +115,15 @@ class LearnedPositions(keras.layers.Layer):
         self.embeddings = self.add_weight(shape=(max_positions + 2, dim), initializer=initializer, name="embeddings")
 
     def call(self, embeddings):
-        length = ops.shape(embeddings)[1]
-        return ops.take(self.embeddings, ops.arange(length) + self.offset, axis=0)  # [S, E]
+        return self.rows(ops.arange(ops.shape(embeddings)[1]))  # [S, E]
+
+    def at(self, index):
+        """The row of position `index` (a traced scalar allowed) [1, E]: a decoding step's."""
+        return self.rows(ops.reshape(index, (1,)))  # [1, E]
+
+    def rows(self, positions):
+        """Positions [S] read at row position + offset."""
+        return ops.take(self.embeddings, positions + self.offset, axis=0)  # [S, E]
 
     def get_config(self):
         return {**super().get_config(), "max_positions": self.max_positions, "dim": self.dim, "offset": self.offset}
@@ -104,7 +132,8 @@ class LearnedPositions(keras.layers.Layer):
 @keras.saving.register_keras_serializable(package="rosetta_hf")
 class MarianAttention(keras.layers.Layer):
     """MarianAttention + eager_attention_forward: (q k^T) * head_dim**-0.5, additive mask, softmax, v, out_proj; with
-    return_weights also the probabilities [B, N, T, K] after dropout, as HF's attn_weights (output_attentions)."""
+    return_weights also the probabilities [B, N, T, K] after dropout, as HF's attn_weights (output_attentions).
+    A decoding step shares the product: `cached` (keys and values projected already) and `step` (a cache written)."""
 
     def __init__(self, dim: int, heads: int, dropout: float = 0.0, **kwargs):
         super().__init__(**kwargs)
@@ -125,13 +154,30 @@ class MarianAttention(keras.layers.Layer):
         return ops.transpose(ops.reshape(x, (shape[0], shape[1], self.heads, self.head_dim)), (0, 2, 1, 3))  # [B, N, L, D]
 
     def call(self, query, keys, mask, training=False, return_weights=False):
-        q, k, v = self._split(self.q_proj(query)), self._split(self.k_proj(keys)), self._split(self.v_proj(keys))
+        out, weights = self._attend(query, *self.project(keys), mask, training)  # [B, T, E], [B, N, T, K]
+        return (out, weights) if return_weights else out
+
+    def project(self, keys):
+        """keys [B, K, E] -> their keys and values in heads [B, N, K, D] each (a decoding's memory: once per source)."""
+        return self._split(self.k_proj(keys)), self._split(self.v_proj(keys))
+
+    def cached(self, query, k, v, mask):
+        """query [B, T, E] attending keys and values projected already ([B, N, K, D]: memory or a cache) -> [B, T, E]."""
+        return self._attend(query, k, v, mask)[0]
+
+    def step(self, query, cache: tuple, index, mask):
+        """Self-attention of one position query [B, 1, E]: its key and value written at `index` of the cache (keys,
+        values [B, N, L, D]), the query attending the cache under `mask` -> ([B, 1, E], the new cache)."""
+        cache = write_cache(cache, self.project(query), index)  # [B, N, L, D] each
+        return self.cached(query, *cache, mask), cache
+
+    def _attend(self, query, k, v, mask, training=False):
+        q = self._split(self.q_proj(query))  # [B, N, T, D]
         scores = ops.matmul(q, ops.transpose(k, (0, 1, 3, 2))) * constant(self.scaling, q) + mask  # [B, N, T, K]
         weights = self.dropout(ops.softmax(scores, axis=-1), training=training)  # [B, N, T, K]
         out = ops.transpose(ops.matmul(weights, v), (0, 2, 1, 3))  # [B, T, N, D]
         shape = ops.shape(out)
-        out = self.out_proj(ops.reshape(out, (shape[0], shape[1], self.dim)))  # [B, T, E]
-        return (out, weights) if return_weights else out
+        return self.out_proj(ops.reshape(out, (shape[0], shape[1], self.dim))), weights  # [B, T, E], [B, N, T, K]
 
     def get_config(self):
         return {**super().get_config(), "dim": self.dim, "heads": self.heads, "dropout": self.dropout_rate}
@@ -243,6 +289,21 @@ class MarianDecoderLayer(_Blocks):
         x = self._sublayer(x, self.encoder_attn_layer_norm, cross, training)  # [B, T, E]
         y = self._feed_forward(x, training)  # [B, T, E]
         return (y, found[0]) if return_attention else y
+
+    def step(self, x, cache: tuple, index, self_mask, memory: tuple, cross_mask):
+        """A decoding step of position `index`, x [B, 1, E]: the sublayers of `call`, self-attention on the cache (keys,
+        values [B, N, L, D]) under `self_mask` (cache_mask), cross-attention on memory (the encoder output's keys and
+        values [B, N, S, D], `encoder_attn.project`) -> ([B, 1, E], the cache with position `index` written)."""
+        written = []
+
+        def self_attend(h):
+            out, new = self.self_attn.step(h, cache, index, self_mask)  # [B, 1, E], [B, N, L, D] each
+            written.append(new)
+            return out
+
+        x = self._sublayer(x, self.self_attn_layer_norm, self_attend, False)  # [B, 1, E]
+        x = self._sublayer(x, self.encoder_attn_layer_norm, lambda h: self.encoder_attn.cached(h, *memory, cross_mask), False)
+        return self._feed_forward(x, False), written[0]  # [B, 1, E], [B, N, L, D] each
 
 
 def pad_row_lookup(embedding, tokens, pad_token_id):

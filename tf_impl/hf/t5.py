@@ -179,13 +179,17 @@ class T5Backbone(CrossAttentionOutputs, PlainUntilBuilt, keras.Model):
                 x = block(x, self_mask, position_bias, encoder_output, cross_mask)  # [B, L, E]
         return self.dropout(norm(x))  # [B, L, E]
 
+    def encode(self, token_ids, mask):
+        """The encoder on token ids [B, S] under HF's additive padding mask [B, 1, 1, S] -> its output [B, S, E]."""
+        return self._stack(self.token_embedding(token_ids), self.encoder_blocks, self.encoder_relative_bias, mask,
+                           self.encoder_final_layer_norm)  # fmt: skip
+
     def _forward(self, inputs, cross_attention: bool = False):
         """The functional graph: encoder then decoder, masks as HF's eager attention adds them (cross_attention: the
         decoder blocks' cross-attention probabilities too, for `with_cross_attention`)."""
         encoder_mask, self_mask = self.masks(inputs["encoder_padding_mask"], inputs["decoder_padding_mask"])  # [B, 1, 1, S]
         weights = [] if cross_attention else None
-        encoder_output = self._stack(self.token_embedding(inputs["encoder_token_ids"]), self.encoder_blocks,
-                                     self.encoder_relative_bias, encoder_mask, self.encoder_final_layer_norm)  # fmt: skip
+        encoder_output = self.encode(inputs["encoder_token_ids"], encoder_mask)  # [B, S, E]
         decoder_output = self._stack(self.token_embedding(inputs["decoder_token_ids"]), self.decoder_blocks,
                                      self.decoder_relative_bias, self_mask, self.decoder_final_layer_norm, encoder_output,
                                      encoder_mask, weights)  # fmt: skip
@@ -234,6 +238,12 @@ class T5Seq2SeqLM(PlainUntilBuilt, keras.Model):
         super().__init__(inputs=inputs, outputs=self.lm_head(hidden), **kwargs)
         self._initialized = True
         self.dtype_policy = backbone.dtype_policy
+
+    def decoding(self):
+        """The key/value-cached decoding object (start, step) a generation loop calls (tf_impl/hf/decoding.py)."""
+        from tf_impl.hf.decoding import T5Decoding
+
+        return T5Decoding(self)
 
     def get_config(self):
         return {"name": self.name, "backbone": keras.saving.serialize_keras_object(self.backbone)}

@@ -12,7 +12,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from tf_impl.hf.marian_layers import ACTIVATIONS, causal_padding_mask, padding_mask
+from tf_impl.hf.marian_layers import ACTIVATIONS, causal_padding_mask, padding_mask, write_cache
 
 # aten/src/ATen/native/cpu/SumKernel.cpp (cascade_sum): how torch's CPU sums a float32 row, which T5LayerNorm's
 # float32 variance inherits: 8-lane vectors, 4 rows in flight (ilp), a cascade of 4 levels
@@ -151,8 +151,16 @@ class T5RelativeBias(keras.layers.Layer):
 
     def call(self, queries, keys):
         context = ops.arange(ops.shape(queries)[1], dtype="int32")[:, None]  # [T, 1]
-        memory = ops.arange(ops.shape(keys)[1], dtype="int32")[None, :]  # [1, K]
-        buckets = relative_position_bucket(memory - context, self.bidirectional, self.num_buckets, self.max_distance)
+        return self._bias(ops.arange(ops.shape(keys)[1], dtype="int32")[None, :] - context)  # [1, N, T, K]
+
+    def at(self, index, length: int):
+        """A decoding step's bias: the query at position `index` (a traced scalar allowed) against keys 0..length-1
+        [1, N, 1, K] (row `index` of `call`'s)."""
+        return self._bias(ops.arange(length, dtype="int32")[None, :] - ops.cast(index, "int32"))  # [1, N, 1, K]
+
+    def _bias(self, relative):
+        """Offsets key - query [T, K] -> their buckets' learned bias [1, N, T, K]."""
+        buckets = relative_position_bucket(relative, self.bidirectional, self.num_buckets, self.max_distance)  # [T, K]
         values = ops.take(self.embeddings, buckets, axis=0)  # [T, K, N]
         return ops.transpose(values, (2, 0, 1))[None]  # [1, N, T, K]
 
@@ -164,7 +172,8 @@ class T5RelativeBias(keras.layers.Layer):
 @keras.saving.register_keras_serializable(package="rosetta_hf")
 class T5Attention(keras.layers.Layer):
     """T5Attention + eager_attention_forward: q k^T with no 1/sqrt(d) scaling, + position bias, + mask, softmax, v, o;
-    with return_weights also the probabilities [B, N, T, K] after dropout, as HF's attn_weights (output_attentions)."""
+    with return_weights also the probabilities [B, N, T, K] after dropout, as HF's attn_weights (output_attentions).
+    A decoding step shares the product: `cached` (keys and values projected already) and `step` (a cache written)."""
 
     def __init__(self, dim: int, heads: int, head_dim: int, dropout: float = 0.0, **kwargs):
         super().__init__(**kwargs)
@@ -185,15 +194,33 @@ class T5Attention(keras.layers.Layer):
         return ops.transpose(ops.reshape(x, (shape[0], shape[1], self.heads, self.head_dim)), (0, 2, 1, 3))  # [B, N, L, D]
 
     def call(self, query, keys, mask, position_bias=None, training=False, return_weights=False):
-        q, k, v = self._split(self.q(query)), self._split(self.k(keys)), self._split(self.v(keys))
+        out, weights = self._attend(query, *self.project(keys), mask, position_bias, training)  # [B, T, E], [B, N, T, K]
+        return (out, weights) if return_weights else out
+
+    def project(self, keys):
+        """keys [B, K, E] -> their keys and values in heads [B, N, K, D] each (a decoding's memory: once per source)."""
+        return self._split(self.k(keys)), self._split(self.v(keys))
+
+    def cached(self, query, k, v, mask, position_bias=None):
+        """query [B, T, E] attending keys and values projected already ([B, N, K, D]: memory or a cache) -> [B, T, E]."""
+        return self._attend(query, k, v, mask, position_bias)[0]
+
+    def step(self, query, cache: tuple, index, mask, position_bias):
+        """Self-attention of one position query [B, 1, E]: its key and value written at `index` of the cache (keys,
+        values [B, N, L, D]), the query attending the cache under `mask` and its bias [1, N, 1, L] -> ([B, 1, E], the
+        new cache)."""
+        cache = write_cache(cache, self.project(query), index)  # [B, N, L, D] each
+        return self.cached(query, *cache, mask, position_bias), cache
+
+    def _attend(self, query, k, v, mask, position_bias=None, training=False):
+        q = self._split(self.q(query))  # [B, N, T, D]
         scores = ops.matmul(q, ops.transpose(k, (0, 1, 3, 2)))  # [B, N, T, K]
         if position_bias is not None:
             scores = scores + position_bias  # [B, N, T, K]
         weights = self.dropout(ops.softmax(scores + mask, axis=-1), training=training)  # [B, N, T, K]
         out = ops.transpose(ops.matmul(weights, v), (0, 2, 1, 3))  # [B, T, N, D]
         shape = ops.shape(out)
-        out = self.o(ops.reshape(out, (shape[0], shape[1], self.inner_dim)))  # [B, T, E]
-        return (out, weights) if return_weights else out
+        return self.o(ops.reshape(out, (shape[0], shape[1], self.inner_dim))), weights  # [B, T, E], [B, N, T, K]
 
     def get_config(self):
         names = ("dim", "heads", "head_dim")
@@ -269,6 +296,16 @@ class T5Block(keras.layers.Layer):
             x = x + self.dropout(cross, training=training)  # [B, T, E]
         y = self.feed_forward(x, training=training)  # [B, L, E]
         return (y, weights) if return_attention else y
+
+    def step(self, x, cache: tuple, index, self_mask, position_bias, memory: tuple, cross_mask):
+        """A decoder block's decoding step of position `index`, x [B, 1, E], in `call`'s order (dropout off):
+        self-attention on the cache (keys, values [B, N, L, D]) under `self_mask` and position_bias [1, N, 1, L],
+        cross-attention (no bias) on memory (the encoder output's keys and values [B, N, S, D]) -> ([B, 1, E], the cache
+        with position `index` written)."""
+        attended, cache = self.self_attention.step(self.self_attention_norm(x), cache, index, self_mask, position_bias)
+        x = x + attended  # [B, 1, E]
+        x = x + self.cross_attention.cached(self.cross_attention_norm(x), *memory, cross_mask)  # [B, 1, E]
+        return self.feed_forward(x), cache  # [B, 1, E], [B, N, L, D] each
 
     def get_config(self):
         names = ("dim", "heads", "head_dim", "ffn_dim", "activation", "gated", "decoder", "epsilon")

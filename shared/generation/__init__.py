@@ -1,0 +1,1 @@
+"""Generation with Hugging Face's rules, framework-neutral: settings (GenerationConfig), processors, search."""
