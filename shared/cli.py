@@ -121,19 +121,15 @@ def _evaluate(args) -> int:
     from shared.train import evaluation, runs
 
     stack, model, run, corpus = runs.load_trained(args.run_dir, args.stack)
-    result = evaluation.evaluate(stack, model, run, corpus, args.split, limit=args.batches)
+    result = evaluation.evaluate(stack, model, run, corpus, args.split, limit=args.batches, beams=args.beams)
     print(json.dumps({"stack": args.stack, **result}, indent=2))
     return 0
 
 
 def _translate(args) -> int:
-    from shared.train import evaluation
+    from shared.train import translation
 
-    result = evaluation.translate(args.run_dir, args.stack, args.sentence, heatmap=args.heatmap)
-    print(" ".join(result["output"]))
-    if args.heatmap:
-        print(f"attention heatmap: {args.heatmap}", file=sys.stderr)
-    return 0
+    return translation.command(args)
 
 
 def _reproduction(args) -> int:
@@ -155,6 +151,8 @@ def _reproduction(args) -> int:
 
 
 def _add_train(commands) -> None:
+    from shared.train import translation
+
     train = commands.add_parser("train", help="train a catalogue model in one stack or both (same initial weights, same batches)")
     train.add_argument("model", help="catalogue name (rosetta models)")
     train.add_argument("--stack", choices=[*STACKS, "both"], default="both", help="both: torch, then tf, one process each")
@@ -200,12 +198,15 @@ def _add_train(commands) -> None:
     evaluate.add_argument("--stack", choices=STACKS, required=True)
     evaluate.add_argument("--split", default="test")
     evaluate.add_argument("--batches", type=COUNT, help="only the first N batches")
+    evaluate.add_argument("--beams", type=COUNT, help="also bleu_beam: BLEU of beam search over N beams (HF's rules)")
     evaluate.set_defaults(func=_evaluate)
-    translate = commands.add_parser("translate", help="greedy translation of one sentence, with its attention heatmap")
+    translate = commands.add_parser("translate", help="translate a sentence or a file (greedy, or beam search with "
+                                    "Hugging Face's options), with greedy decoding's attention heatmap")  # fmt: skip
     translate.add_argument("run_dir")
-    translate.add_argument("sentence")
+    translate.add_argument("sentence", nargs="?", help="the sentence (or --input FILE --output FILE)")
     translate.add_argument("--stack", choices=STACKS, required=True)
     translate.add_argument("--heatmap", help="write the attention heatmap to this PNG")
+    translation.add_arguments(translate, _number)
     translate.set_defaults(func=_translate)
     reproduce = commands.add_parser("reproduction", help="summarise trained runs and tabulate them beside the documents' figures")
     reproduce.add_argument("runs", nargs="*", help="run folders to summarise (their trained stacks)")
@@ -367,8 +368,9 @@ def _add_port(commands) -> None:
     port.add_argument("--force", action="store_true", help="replace an existing destination")
     port.add_argument("--config", metavar="CONFIG.json", help="a Hugging Face model's config.json (or its folder) for a "
                       ".pt, .safetensors or .weights.h5 file of that model, which names no architecture")  # fmt: skip
-    port.add_argument("--tokenizer", metavar="FOLDER", help="a Hugging Face folder whose tokenizer files and "
-                      "generation_config.json a written folder (--to hf) carries (default: the source folder)")  # fmt: skip
+    port.add_argument("--tokenizer", metavar="FOLDER", help="a Hugging Face folder whose tokenizer files (and "
+                      "generation_config.json, where the model carries none) a written folder (--to hf) carries "
+                      "(default: the source folder)")  # fmt: skip
     port.add_argument("--with-optimizer", action="store_true", help="port Adam's moments and step counter too")
     port.set_defaults(func=_port)
 

@@ -17,7 +17,8 @@ from shared.generation import search
 from shared.generation.settings import GenerationSettings, Plan
 from tf_impl.keras_compat import backends
 
-__all__ = ["Arrays", "Seq2SeqDecoding", "decoding_for", "reorder", "generate", "compiled_search"]
+__all__ = ["Arrays", "Seq2SeqDecoding", "decoding_for", "reorder", "generate", "compiled_search", "export"]
+SIGNATURE = "translate"  # the exported SavedModel's serving signature
 
 
 class Arrays:
@@ -250,3 +251,68 @@ def generate(
     mask = np.ones_like(input_ids) if attention_mask is None else np.asarray(attention_mask, np.int32)
     sequences, _, used = compiled_search(decoding, plan)((ops.convert_to_tensor(input_ids), ops.convert_to_tensor(mask)))
     return keras.ops.convert_to_numpy(sequences)[:, : int(keras.ops.convert_to_numpy(used))].astype(np.int64)
+
+
+def export(
+    model,
+    path,
+    settings: GenerationSettings | None = None,
+    model_config: dict | None = None,
+    batch_size: int = 8,
+    **overrides,
+) -> Plan:
+    """A TensorFlow SavedModel at `path` whose signature `translate(input_ids, attention_mask)` (int32 `[None, None]`)
+    -> {"sequences": int32 `[B * R, L]`} runs the whole decode loop, XLA-compiled, with the plan fixed now: the
+    model's own generation settings (tf_impl/hf/generating.py; else `settings` and `model_config`) updated by
+    `overrides`. The loop runs over chunks of `batch_size` sources (the last padded with copies of the first source,
+    dropped after), each chunk's result as the whole batch's would be: any batch size is served. Returns the plan."""
+    import tensorflow as tf
+
+    if backends.name() != "tensorflow":
+        raise ValueError(f"export writes a TensorFlow SavedModel: run Keras on TensorFlow (KERAS_BACKEND=tensorflow), "
+                         f"not {backends.name()}")  # fmt: skip
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"export: batch_size must be a positive integer, got {batch_size!r}")
+    if settings is None and hasattr(model, "generation_defaults"):
+        settings, own_config = model.generation_defaults()
+        model_config = own_config if model_config is None else model_config
+    plan = (settings or GenerationSettings()).updated(**overrides).resolved(model_config)
+    signature = [tf.TensorSpec([None, None], tf.int32, name=name) for name in ("input_ids", "attention_mask")]
+    decoding = decoding_for(model)
+    translate = tf.function(_serving(decoding, plan, batch_size), input_signature=signature, jit_compile=True, autograph=False)
+    translate.get_concrete_function()  # traced here: the archive takes a traced function
+    archive = keras.export.ExportArchive()
+    archive.track(decoding.model)  # its variables, saved with the graph
+    archive.add_endpoint(SIGNATURE, translate)
+    archive.write_out(str(path), verbose=False)
+    return plan
+
+
+def _serving(decoding, plan: Plan, chunk: int):
+    """`(input_ids, attention_mask) -> {"sequences"}` over any batch: `_loop` on chunks of `chunk` sources (a static
+    batch, as the loop's shapes are), their ids concatenated and cropped to the longest chunk's used length."""
+    import tensorflow as tf
+
+    rows = chunk * plan.num_return_sequences
+
+    def one_chunk(tensors):
+        sequences, _, used = _loop(decoding, plan, *tensors)  # [chunk * R, L]
+        if not plan.beam_search:  # HF's greedy appends pad to finished rows; the buffer's unused tail holds the filler
+            after = tf.range(plan.max_length)[None] >= used  # [1, L]
+            sequences = tf.where(after, tf.constant(plan.pad_token_id, tf.int32), sequences)
+        return sequences, used
+
+    def serve(input_ids, attention_mask):
+        batch = tf.shape(input_ids)[0]
+        chunks = (batch + chunk - 1) // chunk
+        taken = tf.range(chunks * chunk)
+        taken = tf.where(taken < batch, taken, 0)  # the last chunk filled with copies of source 0
+        shape = tf.stack([chunks, chunk, tf.shape(input_ids)[1]])
+        ids = tf.reshape(tf.gather(input_ids, taken), shape)  # [C, chunk, S]
+        mask = tf.reshape(tf.gather(attention_mask, taken), shape)  # [C, chunk, S]
+        signature = (tf.TensorSpec([rows, plan.max_length], tf.int32), tf.TensorSpec([], tf.int32))
+        sequences, used = tf.map_fn(one_chunk, (ids, mask), fn_output_signature=signature)  # [C, chunk * R, L], [C]
+        sequences = tf.reshape(sequences, (-1, plan.max_length))[: batch * plan.num_return_sequences]  # [B * R, L]
+        return {"sequences": sequences[:, : tf.reduce_max(used)]}
+
+    return serve

@@ -13,9 +13,12 @@ import torch.nn.functional as F
 from shared import catalogue
 from shared.core import taps
 from shared.core.validation import check_max_len, prepare
+from shared.generation.settings import GenerationSettings
+from torch_impl import generation
 from torch_impl.weights import get_grads, get_weights, set_weights
 
-__all__ = ["build", "get_weights", "set_weights", "run", "trace", "loss_and_grads", "greedy", "compiles_per_shape"]
+__all__ = ["build", "get_weights", "set_weights", "run", "trace", "loss_and_grads", "greedy", "generate",
+           "compiles_per_shape"]  # fmt: skip
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
@@ -84,15 +87,42 @@ def trace(model, name: str, batch: Mapping) -> dict[str, np.ndarray]:
 def greedy(model: torch.nn.Module, name: str, batch: Mapping, max_len: int = 50) -> dict[str, np.ndarray]:
     """Greedy decoding from `batch["src"]` (and `src_len`): token ids `[B, L]`, attention `[B, L, S]`."""
     spec, arrays, _ = prepare(name, model.rosetta_config, batch, with_tgt_in=False)
-    max_len = check_max_len(max_len)
-    if not spec.variable_length:
-        raise ValueError(f"model {name!r} has no greedy decoding (document {spec.document} gives none)")
+    max_len = _check_decodes(spec, name, max_len)
     tensors = as_tensors(model, arrays)
     with torch.no_grad(), _mode(model, False):
         tokens, attention = model.translate(
             tensors["src"], tensors.get("src_len"), max_len=max_len, sos_id=spec.sos_id, eos_id=spec.eos_id, pad_id=spec.pad_id
         )
     return {"tokens": tokens.cpu().numpy(), "attention": attention.cpu().numpy()}
+
+
+def _check_decodes(spec: catalogue.ModelSpec, name: str, max_len: int) -> int:
+    """`max_len` checked, for a model that decodes token by token (documents 002-004); else the one error."""
+    max_len = check_max_len(max_len)
+    if not spec.variable_length:
+        raise ValueError(f"model {name!r} has no greedy decoding (document {spec.document} gives none)")
+    return max_len
+
+
+def generate(model, name: str, batch: Mapping, max_len: int = 50, **overrides) -> dict[str, np.ndarray]:
+    """Greedy or beam search with Hugging Face's rules (torch_impl.generation; `overrides` in HF's field names:
+    num_beams, length_penalty...) from `batch["src"]` (and `src_len`): token ids `[B * R, L]` as `greedy` gives them,
+    at most `max_len` tokens, each row's `<eos>` kept and `<pad>` after it."""
+    spec, arrays, _ = prepare(name, model.rosetta_config, batch, with_tgt_in=False)
+    max_len = _check_decodes(spec, name, max_len)
+    lengths = arrays.get("src_len", np.full(len(arrays["src"]), arrays["src"].shape[1]))  # [B]
+    mask = (np.arange(arrays["src"].shape[1])[None] < np.asarray(lengths)[:, None]).astype(np.int64)  # [B, S]
+    settings = GenerationSettings(decoder_start_token_id=spec.sos_id, eos_token_id=spec.eos_id, pad_token_id=spec.pad_id,
+                                  max_length=max_len + 1)  # fmt: skip
+    with _mode(model, False):
+        ids = generation.generate(model, arrays["src"], mask, settings, **overrides)  # [B * R, 1 + L]
+    return {"tokens": _padded_after_eos(ids[:, 1:], spec.eos_id, spec.pad_id)}
+
+
+def _padded_after_eos(ids: np.ndarray, eos_id: int, pad_id: int) -> np.ndarray:
+    """`ids [N, L]` with `<pad>` after each row's first `<eos>` (HF fills a finished beam with `pad or eos`)."""
+    after = np.cumsum(ids == eos_id, axis=1) - (ids == eos_id) > 0  # [N, L]: past the first <eos>
+    return np.where(after, pad_id, ids)
 
 
 def compiles_per_shape() -> bool:

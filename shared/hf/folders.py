@@ -220,9 +220,10 @@ def tokenizer_files(folder: Path) -> list[Path]:
     return sorted(found)
 
 
-def write_folder(path, config: dict, arrays: dict[str, np.ndarray], source=None) -> Path:
-    """A folder `from_pretrained` loads: config.json as given, generation_config.json (the source's, else derived), the
-    source's tokenizer files, model.safetensors with each tied matrix once; staged beside `path`, placed whole."""
+def write_folder(path, config: dict, arrays: dict[str, np.ndarray], source=None, generation: dict | None = None) -> Path:
+    """A folder `from_pretrained` loads: config.json as given, generation_config.json (`generation`, the model's own,
+    else the source folder's, else derived), the source's tokenizer files, model.safetensors with each tied matrix
+    once; staged beside `path`, placed whole."""
     model_type = _model_type(config, "config (given to write_folder)")
     check_arrays(arrays, config, model_type, "arrays given to write_folder")
     source = Path(source) if source is not None else None
@@ -230,7 +231,9 @@ def write_folder(path, config: dict, arrays: dict[str, np.ndarray], source=None)
     destination.parent.mkdir(parents=True, exist_ok=True)
     with atomic.staged(destination, folder=True) as staging:
         (staging / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-        if source is not None and (source / "generation_config.json").is_file():
+        if generation is not None:
+            (staging / "generation_config.json").write_text(json.dumps(generation, indent=2, sort_keys=True) + "\n")
+        elif source is not None and (source / "generation_config.json").is_file():
             shutil.copyfile(source / "generation_config.json", staging / "generation_config.json")
         else:
             (staging / "generation_config.json").write_text(

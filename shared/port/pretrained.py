@@ -90,8 +90,9 @@ def port(source, destination, to: str | None = None, source_format: str | None =
 
     Args:
         config: a config.json (or its folder) for a source or destination that names no architecture.
-        tokenizer: a folder whose tokenizer files and generation_config.json an HF folder written carries (default:
-            the source folder).
+        tokenizer: a folder whose tokenizer files an HF folder written carries, and its generation_config.json where
+            the source carries none (default: the source folder). A folder's generation_config.json goes into a
+            `.keras` file written (the model's `generation_config`) and back out of it.
     """
     src, dst = endpoint(source, source_format), endpoint(destination, to, destination=True)
     check_destination(src, dst, force)

@@ -11,6 +11,7 @@ the family (tf_impl/hf/families.py); a folder, `.pt` and `.safetensors` are read
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import numpy as np
@@ -22,10 +23,12 @@ from shared.io import safetensors_io
 
 @dataclasses.dataclass
 class Pretrained:
-    """A file's model: config.json's dict and the whole state_dict (ties resolved)."""
+    """A file's model: config.json's dict, the whole state_dict (ties resolved), and generation_config.json's dict
+    where the file carries one (a folder, a `.keras` file of ours; None: HF derives it from config.json)."""
 
     config: dict
     arrays: dict[str, np.ndarray]
+    generation: dict | None = None
 
     @property
     def dtype(self) -> str:
@@ -68,15 +71,30 @@ def _cast(arrays: dict, dtype: str) -> dict:
     return {key: np.asarray(value, dtype) if np.asarray(value).dtype.kind == "f" else value for key, value in arrays.items()}
 
 
+def read_generation_config(folder: Path) -> dict | None:
+    """A folder's generation_config.json as a dict (None: the folder has none); one that is no JSON object is one
+    ValueError naming it."""
+    path = Path(folder) / "generation_config.json"
+    if not path.is_file():
+        return None
+    try:
+        values = json.loads(path.read_text())
+    except (OSError, ValueError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path}: not JSON, or not readable ({error})") from None
+    if not isinstance(values, dict):
+        raise ValueError(f"{path}: not a JSON object")
+    return values
+
+
 class HfFolderIO(PretrainedIO):
     def read(self, path, config):
         folder = folders.read_folder(path)
-        return Pretrained(folder.config, folder.arrays)
+        return Pretrained(folder.config, folder.arrays, read_generation_config(path))
 
     def write(self, path, found, dtype, source):
         config = {**found.config, "dtype": dtype}  # what save_pretrained writes of the weights' precision
         config.pop("torch_dtype", None)
-        folders.write_folder(path, config, _cast(found.arrays, dtype), source=source)
+        folders.write_folder(path, config, _cast(found.arrays, dtype), source=source, generation=found.generation)
 
     def open(self, path, config):
         return families("torch").from_folder(path)
@@ -132,13 +150,15 @@ class KerasIO(PretrainedIO):
 
     def read_and_open(self, path, config):
         model = self.open(path, config)  # a Keras file is read through its model: opened once
-        return Pretrained(families("tf").hf_config(model), families("tf").hf_state(model)), model
+        generation = getattr(model, "generation_config", None)  # ours carry one; keras-hub's have no place for it
+        found = Pretrained(families("tf").hf_config(model), families("tf").hf_state(model), generation)
+        return found, model
 
     def open(self, path, config):
         return families("tf").load_keras(path)
 
     def write(self, path, found, dtype, source):
-        model = families("tf").build(found.config, dtype)
+        model = families("tf").build(found.config, dtype, generation_config=found.generation)
         families("tf").load_hf_weights(model, _cast(found.arrays, dtype))
         families("tf").save_keras(model, path)
 

@@ -1,7 +1,8 @@
-"""Evaluation of a trained model in either stack: the metrics of a split, greedy decoding, and the
-documents' own ways of computing the figures they report (shared.documents: `Reported`).
+"""Evaluation of a trained model in either stack: the metrics of a split, greedy decoding and beam search (Hugging
+Face's rules: the contract's `generate`), the documents' own ways of computing the figures they report
+(shared.documents: `Reported`), and translation of a sentence (`rosetta translate`; a file: shared.train.translation).
 
-The stack is passed in as its contract module (`run`, `greedy`), so this module imports no framework.
+The stack is passed in as its contract module (`run`, `greedy`, `generate`), so this module imports no framework.
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ from shared.data import corpora, parallel, readers
 from shared.specs import RunConfig
 from shared.train import metrics, runs
 
+FINAL_BEAMS = 4  # a run's final evaluation: beam search's BLEU (bleu_beam) beside greedy's
+
 
 def evaluate(stack, model, run: RunConfig, corpus: corpora.Corpus, split: str, limit: int | None = None,
-             sampled: bool = False) -> dict:  # fmt: skip
+             sampled: bool = False, beams: int | None = None) -> dict:  # fmt: skip
     """Metrics of one split (its first `limit` batches), in data order and eval mode (dropout off); `sampled`: `limit`
     batches of a seeded shuffle instead (one draw per run: a split in length order, spa-eng's, would otherwise give
     its shortest sentences; Keras's `validation_steps` on a shuffled `val_ds` sees random ones).
@@ -27,7 +30,8 @@ def evaluate(stack, model, run: RunConfig, corpus: corpora.Corpus, split: str, l
     loss, perplexity, token_accuracy: teacher-forced, mean over non-pad targets. sequence_accuracy:
     greedy decoding, every target token right. bleu (real data): greedy translations against the
     untokenized-to-<unk> references. document_loss / document_perplexity: the loss as the model's
-    document computed the figure it reports (shared.documents), where it reports one.
+    document computed the figure it reports (shared.documents), where it reports one. bleu_beam (`beams` > 1):
+    BLEU of beam search over `beams` beams (the contract's `generate`, HF's defaults otherwise) beside greedy's.
     """
     order = np.random.default_rng([run.seed, 4]) if sampled and limit is not None else None
     batches = corpus.batches(split, run.batch_size, rng=order)[:limit]
@@ -50,10 +54,34 @@ def evaluate(stack, model, run: RunConfig, corpus: corpora.Corpus, split: str, l
     result["sequence_accuracy"] = float(np.concatenate(right).mean())
     if corpus.references.get(split):
         result["bleu"] = metrics.bleu(hypotheses, corpus.references[split][: len(hypotheses)])
+    if beams is not None and beams > 1:
+        result.update(beams=beams, bleu_beam=beam_bleu(stack, model, run, corpus, split, batches, beams))
     if protocol:
         document_loss = totals["doc_nll"] / totals["doc_tokens"]
         result.update(document_loss=document_loss, document_perplexity=metrics.perplexity(document_loss))
     return result
+
+
+def beam_bleu(stack, model, run: RunConfig, corpus: corpora.Corpus, split: str, batches: list[dict], beams: int) -> float:
+    """BLEU of `batches`' beam-search translations. Sources are padded to one width (the lengths mask the pads): one
+    compiled loop for every full batch where the stack compiles (Keras), not one per source length."""
+    if not catalogue.get(run.model).variable_length:
+        raise ValueError(f"--beams: model {run.model!r} has no beam search (it decodes one output token per input token)")
+    if not corpus.references.get(split):
+        raise ValueError(f"--beams: split {split!r} of corpus {corpus.name!r} has no references to score BLEU against")
+    width, hypotheses = max(batch["src"].shape[1] for batch in batches), []
+    for batch in batches:
+        src = np.pad(batch["src"], ((0, 0), (0, width - batch["src"].shape[1])), constant_values=corpus.pad_id)  # [B, S]
+        batch = {"src": src, "src_len": batch["src_len"]}
+        tokens = stack.generate(model, run.model, batch, max_len=run.max_len, num_beams=beams)["tokens"]  # [B, L]
+        hypotheses += [corpus.tgt_vocab.decode(metrics.strip_special(row, corpus.eos_id, corpus.pad_id)) for row in tokens]
+    return metrics.bleu(hypotheses, corpus.references[split][: len(hypotheses)])
+
+
+def final_beams(run: RunConfig, corpus: corpora.Corpus, split: str) -> int | None:
+    """The beams of a run's final evaluation: FINAL_BEAMS where the model decodes token by token and the split has
+    references (bleu_beam beside bleu in the run's summary), else None."""
+    return FINAL_BEAMS if catalogue.get(run.model).variable_length and corpus.references.get(split) else None
 
 
 def _rows_right(predictions: np.ndarray, targets: np.ndarray, pad_id: int) -> np.ndarray:
@@ -134,14 +162,25 @@ def encode_sentence(corpus: corpora.Corpus, sentence: str) -> tuple[np.ndarray, 
     return np.array([ids], dtype=np.int64), tokens
 
 
-def decode(stack, model, run: RunConfig, corpus: corpora.Corpus, src: np.ndarray, src_len=None) -> list[tuple]:
-    """Greedy decoding of a batch of sources `[N, S]` (`src_len [N]` where padded), one `(ids [L], attention
-    [L, S] or None)` per row: documents 002-004 up to and including `<eos>`, the reverse task one output token
-    per source token (its sources have one length)."""
-    spec = catalogue.get(run.model)
-    if spec.variable_length:
-        lengths = np.full(len(src), src.shape[1]) if src_len is None else src_len
-        decoded = stack.greedy(model, run.model, {"src": src, "src_len": lengths}, max_len=run.max_len)
+def decode(stack, model, run: RunConfig, corpus: corpora.Corpus, src: np.ndarray, src_len=None, **options) -> list[tuple]:
+    """Decoding of a batch of sources `[N, S]` (`src_len [N]` where padded), one `(ids [L], attention [L, S] or None)`
+    per row: documents 002-004 up to and including `<eos>`, the reverse task one output token per source token (its
+    sources have one length). `options`: Hugging Face's generation fields (num_beams, max_new_tokens...); greedy
+    decoding (the contract's `greedy`, with its attention) unless one asks for more (the contract's `generate`)."""
+    spec, searched = catalogue.get(run.model), {key: value for key, value in options.items() if value is not None}
+    max_len = searched.pop("max_new_tokens", run.max_len)
+    searched = {key: value for key, value in searched.items() if (key, value) != ("num_beams", 1)}
+    if not spec.variable_length and (searched or max_len != run.max_len):
+        given = ", ".join(sorted(key for key, value in options.items() if value is not None))
+        raise ValueError(f"model {run.model!r} decodes one output token per input token: no beam search nor {given}")
+    lengths = np.full(len(src), src.shape[1]) if src_len is None else src_len
+    if searched:
+        tokens, attention = (
+            stack.generate(model, run.model, {"src": src, "src_len": lengths}, max_len, **searched)["tokens"],
+            None,
+        )
+    elif spec.variable_length:
+        decoded = stack.greedy(model, run.model, {"src": src, "src_len": lengths}, max_len=max_len)
         tokens, attention = decoded["tokens"], decoded["attention"]  # [N, L], [N, L, S]
     else:
         tokens, attention = rerun_greedy(stack, model, run.model, src, src.shape[1], corpus.sos_id)
@@ -152,26 +191,31 @@ def decode(stack, model, run: RunConfig, corpus: corpora.Corpus, src: np.ndarray
     return rows
 
 
-def translate(run_dir, stack_name: str, sentence: str, heatmap=None) -> dict:
-    """Greedy translation of one sentence with a run's checkpoint; with `heatmap`, its attention as a PNG.
+def check_length(run: RunConfig, source_tokens: list[str]) -> None:
+    if not catalogue.get(run.model).variable_length and len(source_tokens) > run.max_len:
+        raise ValueError(
+            f"{len(source_tokens)} tokens: {run.model} decodes one output token per input token by re-running its "
+            f"decoder (quadratic in the length), so at most {run.max_len} (the run's max_len)"
+        )
 
-    Returns the source and output tokens (up to and including `<eos>`) and the attention `[L, S]`.
+
+def translate(run_dir, stack_name: str, sentence: str, heatmap=None, **options) -> dict:
+    """Translation of one sentence with a run's checkpoint, greedy unless `options` (HF's generation fields, as
+    `decode`) ask for beam search; with `heatmap`, its attention as a PNG (greedy decoding's).
+
+    Returns the source and output tokens (up to and including `<eos>`) and the attention `[L, S]` (None: beam search).
     """
     if heatmap is not None and not Path(heatmap).parent.is_dir():
         raise ValueError(f"{heatmap}: its folder {Path(heatmap).parent} does not exist: create it first")
     stack, model, run, corpus = runs.load_trained(run_dir, stack_name)
     src, source_tokens = encode_sentence(corpus, sentence)
-    if not catalogue.get(run.model).variable_length and src.shape[1] > run.max_len:
-        raise ValueError(
-            f"{len(source_tokens)} tokens: {run.model} decodes one output token per input token by re-running its "
-            f"decoder (quadratic in the length), so at most {run.max_len} (the run's max_len)"
-        )
-    [(tokens, attention)] = decode(stack, model, run, corpus, src)
+    check_length(run, source_tokens)
+    [(tokens, attention)] = decode(stack, model, run, corpus, src, **options)
     output_tokens = corpus.tgt_vocab.decode(tokens)
     result = {"source": source_tokens, "output": output_tokens, "attention": attention}
     if heatmap is not None:
         if attention is None:
-            raise ValueError(f"model {run.model!r} has no attention to draw")
+            raise ValueError(f"model {run.model!r} has no attention to draw here: greedy decoding's is drawn (--beams 1)")
         from shared.train.plots import attention_heatmap
 
         attention_heatmap(result["attention"], source_tokens, output_tokens, heatmap, title=f"{run.model} [{stack_name}]")

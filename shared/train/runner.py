@@ -29,7 +29,7 @@ from shared.io import atomic, safetensors_io
 from shared.io.atomic import write_atomic
 from shared.specs import RunConfig
 from shared.train import attention_samples, runs
-from shared.train.evaluation import evaluate
+from shared.train.evaluation import evaluate, final_beams
 
 STACKS = stacks.STACKS  # import order: torch first
 
@@ -89,7 +89,8 @@ def _train(run_dir: Path, stack_name: str, force: bool, progress: bool, resume: 
     steps = _loop(run, stack, model, trainer, corpus, out, progress and writes, start, writes)
     if not writes:
         return {"rank": rank}
-    result = evaluate(stack, model, run, corpus, runs.final_split(corpus), limit=run.test_batches)
+    split = runs.final_split(corpus)
+    result = evaluate(stack, model, run, corpus, split, limit=run.test_batches, beams=final_beams(run, corpus, split))
     # every step in the loss log: a resumed run's earlier segments count, a step redone after a kill once
     seconds = sum(record["seconds"] for record in runs.read_json_lines(out / runs.LOSS_LOG, LOSS_FIELDS))
     result.update(stack=stack_name, backend=train_module.backend(), device=device, steps=steps, train_seconds=seconds)

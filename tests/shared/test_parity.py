@@ -68,6 +68,8 @@ ONE_STACK_FUNCTIONS = {
     },
     # torch.compile with its recurrent-layer setting (Keras: jit_compile)
     "train.py": {"compiled", "traces_recurrent_layers"},
+    # a Keras translator served as a SavedModel with its decode loop (torch's users keep the module)
+    "generation.py": {"export"},
     # each stack's own formats (shared/stacks.py lists them per stack): a torch file read and written as arrays in the
     # file's own names, so `rosetta port` can rename them, and a user's state_dict; Keras's `.keras` files and their
     # archive's index, its weights files' helpers, a user's `.keras` file (Keras files are read by path)

@@ -88,3 +88,17 @@ def test_the_report_job_skips_a_real_data_run_without_a_data_folder(tmp_path, mo
     assert "skipped: no data folder" in capsys.readouterr().out and not run_dir.exists()
     assert rosetta(["train", "luong_general", "--run-dir", str(run_dir)]) == 2  # without the flag: the error
     assert "pass --data-dir or set ROSETTA_DATA_DIR" in capsys.readouterr().err
+
+
+def test_the_table_shows_beam_search_bleu_beside_greedys_where_a_summary_has_it(tmp_path):
+    """Negative control: a summary without bleu_beam (the reverse task, an older run) shows `-` in that column."""
+    summary = reproduction.summarize(_fake_run(tmp_path), "torch")
+    header, without = reproduction.table([summary])[0], reproduction.table([summary])[-1]
+    summary["final"].update(bleu=31.04, bleu_beam=33.56, beams=4)
+    row = reproduction.table([summary])[-1]
+    columns = [cell.strip() for cell in header.split("|")]
+    assert columns[columns.index("BLEU") + 1] == "beam BLEU"
+    cells = [cell.strip() for cell in row.split("|")]
+    assert cells[columns.index("BLEU")] == "31.0" and cells[columns.index("beam BLEU")] == "33.6 (4 beams)"
+    assert [cell.strip() for cell in without.split("|")][columns.index("beam BLEU")] == "-"
+    assert len(cells) == len(columns)

@@ -4,6 +4,8 @@ only. Sizes are small and distinct from each other, so a transposed or swapped m
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import transformers
 
@@ -75,10 +77,12 @@ def logits(built: torch.nn.Module, family: str) -> torch.Tensor:
         return built(**batch(family)).logits  # [B, T, V]
 
 
+@functools.lru_cache(maxsize=2)
 def trained(family: str, steps: int = 150, seed: int = 0) -> torch.nn.Module:
     """A tiny `family` model trained `steps` Adam steps to reverse its source: its distributions depend on the source
     and the history, and its hypotheses end at different lengths, as a real translation model's do (a random one
-    repeats one token). Sources: ids 3..VOCAB-3, lengths 2..9, then eos."""
+    repeats one token). Sources: ids 3..VOCAB-3, lengths 2..9, then eos. Built once per process: a caller that
+    changes it copies it first."""
     import numpy as np
 
     built = model(family, seed=seed).train()

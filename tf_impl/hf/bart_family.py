@@ -16,6 +16,7 @@ from keras import ops
 
 from tf_impl.hf import marian_layers as layers
 from tf_impl.hf import marian_weights
+from tf_impl.hf.generating import Generating
 from tf_impl.keras_compat import backends
 
 INTEGERS = ("vocab_size", "max_position_embeddings", "d_model", "encoder_layers", "decoder_layers",
@@ -268,14 +269,15 @@ class BartFamilyBackbone(CrossAttentionOutputs, PlainUntilBuilt, keras.Model):
         return cls(**config, dtype=dtype)
 
 
-class BartFamilySeq2SeqLM(PlainUntilBuilt, keras.Model):
+class BartFamilySeq2SeqLM(Generating, PlainUntilBuilt, keras.Model):
     """Marian/Bart/MBartForConditionalGeneration: the backbone, the lm head (tied: the decoder's embedding), plus
-    final_logits_bias -> [B, T, V]. Subclasses set BACKBONE and ARGUMENTS (their family's config.json reading)."""
+    final_logits_bias -> [B, T, V]; `generate` with its generation_config (tf_impl/hf/generating.py). Subclasses set
+    BACKBONE and ARGUMENTS (their family's config.json reading)."""
 
     BACKBONE = BartFamilyBackbone
     ARGUMENTS = None
 
-    def __init__(self, backbone, **kwargs):
+    def __init__(self, backbone, generation_config=None, **kwargs):
         self.backbone = backbone
         graph_inputs = inputs()
         hidden = backbone(graph_inputs)["decoder_sequence_output"]  # [B, T, E]
@@ -285,6 +287,7 @@ class BartFamilySeq2SeqLM(PlainUntilBuilt, keras.Model):
         super().__init__(inputs=graph_inputs, outputs=self.final_logits_bias(hidden), **kwargs)
         self._initialized = True
         self.dtype_policy = backbone.dtype_policy
+        self._keep_generation_config(generation_config)
 
     def decoding(self):
         """The key/value-cached decoding object (start, step) a generation loop calls (tf_impl/hf/decoding.py)."""
@@ -293,18 +296,21 @@ class BartFamilySeq2SeqLM(PlainUntilBuilt, keras.Model):
         return BartFamilyDecoding(self)
 
     def get_config(self):
-        return {"name": self.name, "backbone": keras.saving.serialize_keras_object(self.backbone)}
+        return {"name": self.name, "backbone": keras.saving.serialize_keras_object(self.backbone),
+                **self._generation_config_entry()}  # fmt: skip
 
     @classmethod
     def from_config(cls, config):
         config = dict(config)
-        return cls(backbone=keras.saving.deserialize_keras_object(config.pop("backbone")), name=config.get("name"))
+        return cls(backbone=keras.saving.deserialize_keras_object(config.pop("backbone")), name=config.get("name"),
+                   generation_config=config.get("generation_config"))  # fmt: skip
 
     @classmethod
-    def from_hf_config(cls, config: dict, dtype=None):
-        """The model a config.json dict describes, built (random weights until load_hf_weights), keeping the dict."""
+    def from_hf_config(cls, config: dict, dtype=None, generation_config: dict | None = None):
+        """The model a config.json dict describes, built (random weights until load_hf_weights), keeping the dict and
+        the generation_config.json dict given."""
         kept = json.loads(json.dumps(config))  # as config.json holds it (id2label's keys strings), whatever made the dict
-        return cls(cls.BACKBONE(**cls.ARGUMENTS(config), hf_config=kept, dtype=dtype))
+        return cls(cls.BACKBONE(**cls.ARGUMENTS(config), hf_config=kept, dtype=dtype), generation_config=generation_config)
 
 
 @keras.saving.register_keras_serializable(package="rosetta_hf")

@@ -14,6 +14,8 @@ from pathlib import Path
 import keras
 import numpy as np
 
+from tf_impl.hf.generating import Generating
+
 # model_type -> the family modules that may build it, in order of preference (the first whose build accepts the config)
 BUILDERS = {"marian": ("marian",), "bart": ("bart", "keras_hub_bart"), "mbart": ("mbart",), "t5": ("t5", "keras_hub_t5"),
             "mt5": ("t5",)}  # fmt: skip
@@ -28,19 +30,24 @@ def _modules() -> list:
     return [_module(name) for name in dict.fromkeys(name for names in BUILDERS.values() for name in names)]
 
 
-def build(config: dict, dtype: str = "float32", blank: bool = False) -> keras.Model:
+def build(config: dict, dtype: str = "float32", blank: bool = False, generation_config: dict | None = None) -> keras.Model:
     """The Keras Seq2SeqLM a config.json dict describes (random weights: Keras initialises every variable it builds,
-    so `blank`, which lets torch's twin skip that, changes nothing here); when no family module computes it, one
-    ValueError giving each module's reason."""
+    so `blank`, which lets torch's twin skip that, changes nothing here), generating by default with
+    `generation_config` (a generation_config.json's dict; keras-hub's models have no place for one); when no family
+    module computes it, one ValueError giving each module's reason."""
     model_type = config.get("model_type")
     if model_type not in BUILDERS:
         raise ValueError(f"config.json field 'model_type': {model_type!r} is not one of {', '.join(BUILDERS)}")
     reasons = []
     for name in BUILDERS[model_type]:
         try:
-            return _module(name).build(config, dtype=dtype)
+            model = _module(name).build(config, dtype=dtype)
         except ValueError as error:
             reasons.append(str(error))
+            continue
+        if generation_config is not None and isinstance(model, Generating):
+            model.generation_config = generation_config
+        return model
     raise ValueError("; ".join(reasons) if len(reasons) > 1 else reasons[0])
 
 

@@ -14,6 +14,7 @@ from keras import ops
 from tf_impl.hf import t5_layers as layers
 from tf_impl.hf import t5_weights
 from tf_impl.hf.bart_family import CrossAttentionOutputs, CrossAttentionProbe, PlainUntilBuilt, stacked
+from tf_impl.hf.generating import Generating
 from tf_impl.hf.marian_layers import ACTIVATIONS, constant
 from tf_impl.keras_compat import backends
 
@@ -225,10 +226,11 @@ class T5LMHead(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package="rosetta_hf")
-class T5Seq2SeqLM(PlainUntilBuilt, keras.Model):
-    """T5ForConditionalGeneration: the backbone and the lm head -> logits [B, T, V]."""
+class T5Seq2SeqLM(Generating, PlainUntilBuilt, keras.Model):
+    """T5ForConditionalGeneration: the backbone and the lm head -> logits [B, T, V]; `generate` with its
+    generation_config (tf_impl/hf/generating.py)."""
 
-    def __init__(self, backbone: T5Backbone, **kwargs):
+    def __init__(self, backbone: T5Backbone, generation_config=None, **kwargs):
         self.backbone = backbone
         inputs = _inputs()
         hidden = backbone(inputs)["decoder_sequence_output"]  # [B, T, E]
@@ -238,6 +240,7 @@ class T5Seq2SeqLM(PlainUntilBuilt, keras.Model):
         super().__init__(inputs=inputs, outputs=self.lm_head(hidden), **kwargs)
         self._initialized = True
         self.dtype_policy = backbone.dtype_policy
+        self._keep_generation_config(generation_config)
 
     def decoding(self):
         """The key/value-cached decoding object (start, step) a generation loop calls (tf_impl/hf/decoding.py)."""
@@ -246,17 +249,20 @@ class T5Seq2SeqLM(PlainUntilBuilt, keras.Model):
         return T5Decoding(self)
 
     def get_config(self):
-        return {"name": self.name, "backbone": keras.saving.serialize_keras_object(self.backbone)}
+        return {"name": self.name, "backbone": keras.saving.serialize_keras_object(self.backbone),
+                **self._generation_config_entry()}  # fmt: skip
 
     @classmethod
     def from_config(cls, config):
         config = dict(config)
-        return cls(backbone=keras.saving.deserialize_keras_object(config.pop("backbone")), name=config.get("name"))
+        return cls(backbone=keras.saving.deserialize_keras_object(config.pop("backbone")), name=config.get("name"),
+                   generation_config=config.get("generation_config"))  # fmt: skip
 
     @classmethod
-    def from_hf_config(cls, config: dict, dtype=None) -> T5Seq2SeqLM:
-        """The model a config.json dict describes, built (random weights until load_hf_weights)."""
-        return cls(T5Backbone(**from_hf_config(config), dtype=dtype))
+    def from_hf_config(cls, config: dict, dtype=None, generation_config: dict | None = None) -> T5Seq2SeqLM:
+        """The model a config.json dict describes, built (random weights until load_hf_weights), keeping the
+        generation_config.json dict given."""
+        return cls(T5Backbone(**from_hf_config(config), dtype=dtype), generation_config=generation_config)
 
 
 # ---- the family contract (tf_impl/hf/families.py dispatches on model_type "t5" and on these classes) ----
