@@ -54,20 +54,17 @@ def test_rosetta_trains_and_translates_on_an_own_corpus(stack, tmp_path, capsys)
     _TRAINED[name] = tmp_path / "run"
 
 
-def _trained(stack, tmp_path_factory) -> Path:
+def _trained(stack, tmp_path_factory, capsys) -> Path:
+    """The run the first test trains, trained here where another test of this worker comes first."""
     name = _stack_name(stack)
     if name not in _TRAINED:
-        test_rosetta_trains_and_translates_on_an_own_corpus(stack, tmp_path_factory.mktemp(f"own-{name}"), _NoCapture())
+        test_rosetta_trains_and_translates_on_an_own_corpus(stack, tmp_path_factory.mktemp(f"own-{name}"), capsys)
+        capsys.readouterr()
     return _TRAINED[name]
 
 
-class _NoCapture:
-    def readouterr(self):
-        return type("Captured", (), {"out": "", "err": ""})()
-
-
 def test_translate_a_file_greedy_as_sentence_by_sentence_and_with_beams(stack, tmp_path, tmp_path_factory, capsys):
-    run_dir, name = _trained(stack, tmp_path_factory), _stack_name(stack)
+    run_dir, name = _trained(stack, tmp_path_factory, capsys), _stack_name(stack)
     source = tmp_path / "in.de"
     source.write_text("".join(f"{line}\n" for line in GERMAN))
     argv = ["translate", str(run_dir), "--stack", name, "--input", str(source), "--batch-size", "2"]
@@ -83,9 +80,9 @@ def test_translate_a_file_greedy_as_sentence_by_sentence_and_with_beams(stack, t
     assert "5 sentences" in capsys.readouterr().err
 
 
-def test_a_failure_midway_leaves_no_output_file(stack, tmp_path, tmp_path_factory, monkeypatch):
+def test_a_failure_midway_leaves_no_output_file(stack, tmp_path, tmp_path_factory, monkeypatch, capsys):
     """Negative control: the naive writer (a line a batch, straight to the output) leaves the first batch behind."""
-    run_dir, name = _trained(stack, tmp_path_factory), _stack_name(stack)
+    run_dir, name = _trained(stack, tmp_path_factory, capsys), _stack_name(stack)
     source = tmp_path / "in.de"
     source.write_text("".join(f"{line}\n" for line in GERMAN))
     real, calls = evaluation.decode, []
@@ -109,7 +106,7 @@ def test_a_failure_midway_leaves_no_output_file(stack, tmp_path, tmp_path_factor
 
 
 def test_evaluate_adds_beam_search_bleu(stack, tmp_path_factory, capsys):
-    run_dir, name = _trained(stack, tmp_path_factory), _stack_name(stack)
+    run_dir, name = _trained(stack, tmp_path_factory, capsys), _stack_name(stack)
     final = json.loads((run_dir / name / runs.EVAL_FILE).read_text())
     assert rosetta(["evaluate", str(run_dir), "--stack", name, "--split", "val", "--beams", "4"]) == 0
     result = json.loads(capsys.readouterr().out)
