@@ -18,7 +18,7 @@ import torch_impl
 from shared.core import moved
 from tests.shared.test_public_api import check_exports, check_shim, table_entries
 
-CONTRACT = ("build", "get_weights", "set_weights", "run", "trace", "loss_and_grads", "greedy", "compiles_per_shape")
+CONTRACT = ("build", "get_weights", "set_weights", "run", "trace", "loss_and_grads", "greedy", "generate", "compiles_per_shape")
 # each package's public names, in `__all__`'s order, with the module each comes from
 PUBLIC = {
     "torch_impl": {**dict.fromkeys(CONTRACT, "torch_impl.contract"), "Trainer": "torch_impl.train"},
