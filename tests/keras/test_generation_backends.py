@@ -1,8 +1,9 @@
 """Generation on Keras's JAX and torch backends (tox env keras; KERAS_BACKEND names the backend): our Keras Marian
 (trained, tests/zoo/hf_models.trained) and T5 run through tf_impl/generation.py's loop, jitted whole on JAX
 (backends.jax_inference: the model's variables traced through keras.StatelessScope) and eager on torch, give the ids
-of transformers' `generate` greedy and with beam search, float64 (JAX's x64) and float32; the catalogue's document
-003 model gives torch_impl's beam ids. tests/hf/test_generation_keras.py proves TensorFlow's XLA loop."""
+of transformers' `generate` greedy and with beam search, float64 (JAX's x64) and float32.
+tests/hf/test_generation_keras.py proves TensorFlow's XLA loop, tests/cross/test_generation_catalogue.py the
+catalogue's models (the same loop: a decoding object is all that differs)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,9 @@ import copy
 
 import pytest
 
-from tests.cross import test_generation_catalogue as catalogue_proof
 from tests.hf.test_generation_keras import assert_cases_give_hfs_ids, keras_twin
 from tests.hf.test_generation_rules import sources
 from tests.zoo import hf_models
-from tf_impl import generation
 from tf_impl.keras_compat import backends
 
 CASES = ("greedy", "length_penalty_early")
@@ -36,9 +35,3 @@ def test_keras_ids_equal_hfs(hf_model, dtype):
     model, (ids, mask) = hf_model
     model = copy.deepcopy(model).double() if dtype == "float64" else model
     assert_cases_give_hfs_ids(model, keras_twin(model, dtype), ids, mask, CASES)
-
-
-def test_catalogue_beam_ids_equal_torchs():
-    torch_ids, (keras_model, ids, mask, settings) = catalogue_proof.both("luong_concat", "float64", "beam")
-    keras_ids = generation.generate(keras_model, ids, mask, settings, **catalogue_proof.CASES["beam"])
-    assert (keras_ids == torch_ids).all()
