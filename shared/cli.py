@@ -274,12 +274,13 @@ def _report(args) -> int:
     from shared.tools import report
 
     written = report.write_report(args.results, args.output, equality_path=args.equality, training_dir=args.training,
-                                  backend_paths=args.backends, hf_ports_path=args.hf_ports)  # fmt: skip
+                                  backend_paths=args.backends, hf_ports_path=args.hf_ports,
+                                  generation_speed_path="reports/generation_speed.json")  # fmt: skip
     print(f"rosetta: report written to {Path(args.output) / 'README.md'}")
     for note in written["missing"]:
         print(f"  missing: {note}")
     if args.readme:
-        blocks = {"report": written["headline"], "models": written["models"], "hf_ports": written["hf_ports"]}
+        blocks = {"report": written["headline"], **{key: written[key] for key in ("models", "hf_ports", "generation_speed")}}
         replace_blocks(Path(args.readme), blocks)
     return 0
 

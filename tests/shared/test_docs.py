@@ -67,7 +67,7 @@ def _writers() -> list[tuple[str, str]]:
 
 
 # what each writer fills (shared/cli.py: replace_block calls; rosetta equality: shared/verify/measurement.py's sections)
-WRITES = {"report": ("report", "models", "hf_ports"), "equality": ("equality", "training", "drift"),
+WRITES = {"report": ("report", "models", "hf_ports", "generation_speed"), "equality": ("equality", "training", "drift"),
           "reproduction": ("reproduction",), "api": ("api",)}  # fmt: skip
 
 

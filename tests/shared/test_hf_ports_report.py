@@ -92,7 +92,9 @@ def test_an_unknown_schema_is_named_not_rendered(tmp_path):
 
 def test_rosetta_report_fills_the_readme_block_and_the_page(tmp_path):
     page = tmp_path / "README.md"
-    page.write_text("".join(f"<!-- {b}:start -->\nold\n<!-- {b}:end -->\n" for b in ("report", "models", "hf_ports")))
+    page.write_text(
+        "".join(f"<!-- {b}:start -->\nold\n<!-- {b}:end -->\n" for b in ("report", "models", "hf_ports", "generation_speed"))
+    )
     empty = tmp_path / "empty"
     empty.mkdir()
     argv = ["report", "--results", str(empty), "--equality", str(tmp_path / "none.json"), "--training", str(empty),

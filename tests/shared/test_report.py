@@ -137,7 +137,8 @@ def test_the_report_comes_out_with_its_sections_csvs_and_figures(tmp_path, input
     result, readme = _report(tmp_path, inputs)
     headings = [line for line in readme.splitlines() if line.startswith("## ")]
     assert headings == ["## Headline", "## Equality", "## Loss", "## Speed", "## Scaling", "## Figures",
-                        "## Hugging Face models at their published sizes"]  # fmt: skip
+                        "## Hugging Face models at their published sizes",
+                        "## Generation speed: batched beam search, engine beside engine"]  # fmt: skip
     csv = sorted(path.name for path in (tmp_path / "report" / "csv").iterdir())
     assert csv == sorted(f"{name}.csv" for name in result["tables"])
     assert {"headline", "equality_outputs", "equality_training", "equality_backends", "loss", "speed_train_step",
