@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from shared import catalogue
 from shared.core import taps
 from shared.core.validation import check_max_len, prepare
-from shared.generation.settings import GenerationSettings
+from shared.generation import requests
 from torch_impl import generation
 from torch_impl.weights import get_grads, get_weights, set_weights
 
@@ -110,19 +110,10 @@ def generate(model, name: str, batch: Mapping, max_len: int = 50, **overrides) -
     at most `max_len` tokens, each row's `<eos>` kept and `<pad>` after it."""
     spec, arrays, _ = prepare(name, model.rosetta_config, batch, with_tgt_in=False)
     max_len = _check_decodes(spec, name, max_len)
-    lengths = arrays.get("src_len", np.full(len(arrays["src"]), arrays["src"].shape[1]))  # [B]
-    mask = (np.arange(arrays["src"].shape[1])[None] < np.asarray(lengths)[:, None]).astype(np.int64)  # [B, S]
-    settings = GenerationSettings(decoder_start_token_id=spec.sos_id, eos_token_id=spec.eos_id, pad_token_id=spec.pad_id,
-                                  max_length=max_len + 1)  # fmt: skip
+    mask, settings = requests.catalogue_request(spec, arrays, max_len)  # [B, S], the spec's tokens
     with _mode(model, False):
         ids = generation.generate(model, arrays["src"], mask, settings, **overrides)  # [B * R, 1 + L]
-    return {"tokens": _padded_after_eos(ids[:, 1:], spec.eos_id, spec.pad_id)}
-
-
-def _padded_after_eos(ids: np.ndarray, eos_id: int, pad_id: int) -> np.ndarray:
-    """`ids [N, L]` with `<pad>` after each row's first `<eos>` (HF fills a finished beam with `pad or eos`)."""
-    after = np.cumsum(ids == eos_id, axis=1) - (ids == eos_id) > 0  # [N, L]: past the first <eos>
-    return np.where(after, pad_id, ids)
+    return requests.greedy_shaped(ids, spec)
 
 
 def compiles_per_shape() -> bool:

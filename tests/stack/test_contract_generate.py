@@ -4,10 +4,13 @@ does not decode token by token gets `greedy`'s error. torch against Keras: tests
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
 from shared import catalogue
+from shared.generation import requests
 from shared.verify import fixtures
 
 MAX_LEN = 12
@@ -47,11 +50,12 @@ def test_one_beam_gives_greedys_tokens_for_document_003(stack):
     assert generated.shape == greedy.shape and (generated == greedy).all() and len({tuple(row) for row in greedy}) > 3
 
 
-def test_pad_follows_eos_where_hugging_face_fills_with_eos(stack):
+def test_pad_follows_eos_where_hugging_face_fills_with_eos():
     """HF fills a finished beam with `pad_token_id or eos`: a model whose pad id is 0 (spa-eng) would get `<eos>`
     after `<eos>`. Negative control: the filled rows as they come, unchanged, keep the second `<eos>`."""
     filled = np.array([[5, 3, 3, 3], [5, 6, 3, 3], [5, 6, 7, 8]])  # eos 3 filled after itself, as HF with pad 0
-    padded = stack.contract._padded_after_eos(filled, eos_id=3, pad_id=0)
+    started = np.concatenate([np.full((3, 1), 2), filled], 1)  # the decoder's start column, dropped
+    padded = requests.greedy_shaped(started, SimpleNamespace(eos_id=3, pad_id=0))["tokens"]
     assert padded.tolist() == [[5, 3, 0, 0], [5, 6, 3, 0], [5, 6, 7, 8]]
     assert any(list(row).count(3) > 1 for row in filled)  # what the contract would return without it
 
