@@ -13,6 +13,7 @@ from shared import catalogue
 from shared.io.atomic import write_atomic
 from shared.train import evaluation, runs
 
+WIDTH_STEP = 8  # padded sources' widths, rounded up to a multiple: the lengths mask the pads
 BATCH_SIZE = 32  # --input: sentences a batch
 EARLY_STOPPING = {"true": True, "false": False, "never": "never"}  # HF's early_stopping values
 
@@ -106,9 +107,11 @@ def translate_file(run_dir, stack_name: str, source, output, batch_size: int = B
         except ValueError as error:
             raise ValueError(f"{source}, line {number}: {error}") from None
     translations, bar = [""] * len(sentences), _Progress(len(sentences), progress)
-    for rows in _batches(encoded, batch_size, catalogue.get(run.model).variable_length):
+    padded = catalogue.get(run.model).variable_length
+    for rows in _batches(encoded, batch_size, padded):
         lengths = np.array([len(encoded[row]) for row in rows])
-        src = np.full((len(rows), lengths.max()), corpus.pad_id, dtype=np.int64)  # [N, S]
+        width = -(-lengths.max() // WIDTH_STEP) * WIDTH_STEP if padded else lengths.max()  # Keras: a compile a width
+        src = np.full((len(rows), width), corpus.pad_id, dtype=np.int64)  # [N, S]
         for i, row in enumerate(rows):
             src[i, : lengths[i]] = encoded[row]
         for row, (tokens, _) in zip(rows, evaluation.decode(stack, model, run, corpus, src, lengths, **options), strict=True):
