@@ -1,6 +1,7 @@
 """The contract's `generate` (Hugging Face's greedy and beam search, settings from the catalogue's spec) in each
 stack: one beam gives `greedy`'s tokens exactly, beam search ends its rows with `<eos>` then `<pad>`, and a model that
-does not decode token by token gets `greedy`'s error. torch against Keras: tests/cross/test_contract_generate.py."""
+does not decode token by token gets `greedy`'s error. torch against Keras: tests/cross/test_generation_catalogue.py
+(both contracts build their request in shared/generation/requests.py)."""
 
 from __future__ import annotations
 
