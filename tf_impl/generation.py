@@ -14,7 +14,7 @@ import numpy as np
 from keras import ops
 
 from shared.generation import search
-from shared.generation.settings import GenerationSettings, Plan
+from shared.generation.settings import GenerationSettings, Plan, planned
 from tf_impl.keras_compat import backends
 
 __all__ = ["Arrays", "Seq2SeqDecoding", "decoding_for", "reorder", "generate", "compiled_search", "export"]
@@ -245,7 +245,7 @@ def generate(
 ) -> np.ndarray:
     """Token ids `[B * R, L]` (numpy) from source ids `[B, S]` and their padding mask (1 keeps), with `settings`
     (a model folder's: shared.generation.settings.read) updated by `overrides` in HF's field names."""
-    plan = (settings or GenerationSettings()).updated(**overrides).resolved(model_config)
+    plan = planned(settings, model_config, **overrides)
     decoding = decoding_for(model)
     input_ids = np.asarray(input_ids, np.int32)
     mask = np.ones_like(input_ids) if attention_mask is None else np.asarray(attention_mask, np.int32)
@@ -276,7 +276,7 @@ def export(
     if settings is None and hasattr(model, "generation_defaults"):
         settings, own_config = model.generation_defaults()
         model_config = own_config if model_config is None else model_config
-    plan = (settings or GenerationSettings()).updated(**overrides).resolved(model_config)
+    plan = planned(settings, model_config, **overrides)
     signature = [tf.TensorSpec([None, None], tf.int32, name=name) for name in ("input_ids", "attention_mask")]
     decoding = decoding_for(model)
     translate = tf.function(_serving(decoding, plan, batch_size), input_signature=signature, jit_compile=True, autograph=False)

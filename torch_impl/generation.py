@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from shared.generation import search
-from shared.generation.settings import GenerationSettings, Plan
+from shared.generation.settings import GenerationSettings, Plan, planned
 
 __all__ = ["Arrays", "Seq2SeqDecoding", "decoding_for", "reorder", "generate", "compiled_search"]
 
@@ -111,13 +111,7 @@ class Arrays:
         return values[..., :k], indices[..., :k]
 
     def take_along(self, x, indices, axis):
-        shape = list(x.shape)
-        shape[axis] = indices.shape[axis]
-        return (
-            torch.take_along_dim(x, indices.expand(*shape[: indices.dim()], *indices.shape[len(shape) :]), axis)
-            if indices.dim() == x.dim()
-            else torch.take_along_dim(x, indices, axis)
-        )
+        return torch.take_along_dim(x, indices, axis)  # broadcasts `indices` over the other axes
 
     def take_column(self, x, index):
         return x[..., index]
@@ -231,7 +225,7 @@ def generate(
 ) -> np.ndarray:
     """Token ids `[B * R, L]` (numpy) from source ids `[B, S]` and their padding mask (1 keeps), with `settings`
     (a model folder's: shared.generation.settings.read) updated by `overrides` in HF's field names."""
-    plan = (settings or GenerationSettings()).updated(**overrides).resolved(model_config)
+    plan = planned(settings, model_config, **overrides)
     input_ids = torch.as_tensor(np.asarray(input_ids), dtype=torch.long)
     mask = torch.ones_like(input_ids) if attention_mask is None else torch.as_tensor(np.asarray(attention_mask))
     with torch.inference_mode():

@@ -113,6 +113,11 @@ class Plan:
         return self.pad_token_id or (self.eos_token_ids[0] if self.eos_token_ids else -1)
 
 
+def planned(settings: GenerationSettings | None, model_config: dict | None = None, **overrides) -> Plan:
+    """The plan of one call: `settings` (none: HF's defaults) updated by `overrides`, resolved for `model_config`."""
+    return (settings or GenerationSettings()).updated(**overrides).resolved(model_config)
+
+
 def read(folder: str | Path) -> GenerationSettings:
     """A model folder's generation settings: generation_config.json, else config.json's token fields."""
     folder = Path(folder)

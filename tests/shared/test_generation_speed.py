@@ -146,7 +146,7 @@ def test_a_file_of_another_schema_is_named_not_read(tmp_path):
     path = tmp_path / "generation_speed.json"
     path.write_text(json.dumps({"schema": speed.SCHEMA + 1, "engines": {}}))
     missing: list = []
-    assert report.load(path, missing) is None and "is not the one this report reads" in missing[0]
+    assert report.load(path, missing) is None and "is not one this report reads (1)" in missing[0]
     assert report.load(tmp_path / "absent.json", missing) is None and len(missing) == 1
     assert report.section(None)[-2].startswith("Not measured")
 

@@ -3,31 +3,14 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 from shared.tools.generation_speed import CT2_DESIGN, ENGINES, MODEL, OURS, SCHEMA
+from shared.tools.report import results_files
+from shared.tools.report.results_files import markdown
 
 
 def load(path, missing: list[str]) -> dict | None:
     """The results file, or None (absent: not measured; unreadable or of another schema: named in `missing`)."""
-    if path is None or not Path(path).is_file():
-        return None
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError, UnicodeDecodeError) as error:
-        missing.append(f"{Path(path).name}: not readable JSON ({error})")
-        return None
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA or not isinstance(data.get("engines"), dict):
-        missing.append(f"{Path(path).name}: schema {data.get('schema') if isinstance(data, dict) else None!r} is not "
-                       f"the one this report reads ({SCHEMA})")  # fmt: skip
-        return None
-    return data
-
-
-def _markdown(header: list[str], rows: list[list[str]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return lines + ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
+    return results_files.load(path, missing, (SCHEMA,), "engines")
 
 
 def _state(record: dict | None) -> str:
@@ -78,7 +61,7 @@ def speed_table(data: dict | None) -> str:
     """The README block: the speed table, or that nothing was measured."""
     if data is None:
         return "Not measured yet (`generation_speed.run`)."
-    return "\n".join(_markdown(SPEED_HEADER, speed_rows(data)))
+    return "\n".join(markdown(SPEED_HEADER, speed_rows(data)))
 
 
 def split_rows(data: dict) -> list[list[str]]:
@@ -100,7 +83,7 @@ def profile_lines(profile: dict | None) -> list[str]:
     flops = profile.get("flops_per_step") or {}
     lines = [f"Where HF's eager generate spends its time: torch.profiler over one warm call, batch {profile['batch']}, "
              f"{profile['new_tokens']} new tokens ({wall / 1e3:.1f} s profiled, the profiler's own cost included).", "",
-             *_markdown(["part", "ms", "share"], rows), ""]  # fmt: skip
+             *markdown(["part", "ms", "share"], rows), ""]  # fmt: skip
     ops = ", ".join(f"{name} {ms:.0f} ms" for name, ms in profile.get("generate_ops_ms", {}).items())
     lines += [f"- generate's own ops, largest first: {ops or '-'}."]
     if flops:
@@ -128,11 +111,11 @@ def section(data: dict | None) -> list[str]:
         "",
     ]
     lines += [f"- {note}" for note in data.get("notes") or []] + ([""] if data.get("notes") else [])
-    lines += [*_markdown(SPEED_HEADER, speed_rows(data)), ""]
+    lines += [*markdown(SPEED_HEADER, speed_rows(data)), ""]
     split = split_rows(data)
     if split:
         lines += ["Each engine's time split: one new token (the encoder and one step) and each further step.", "",
-                  *_markdown(["engine", "batch", "1 new token ms", "per further step ms"], split), ""]  # fmt: skip
+                  *markdown(["engine", "batch", "1 new token ms", "per further step ms"], split), ""]  # fmt: skip
     lines += profile_lines(data.get("profile"))
     lines += ["CTranslate2 offers no op profile in its wheels; its design, where the gap comes from:", ""]
     return [*lines, *(f"- {reason}." for reason in data.get("ct2_design") or CT2_DESIGN), ""]

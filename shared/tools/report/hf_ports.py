@@ -4,8 +4,8 @@ and the README's table of models x directions x proofs (ours, keras-hub). Plain 
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
+from shared.tools.report import results_files
+from shared.tools.report.results_files import markdown
 
 SCHEMAS = (1,)  # the results file versions this page reads (shared/tools/hf_ports.SCHEMA)
 DIRECTIONS = {"to_keras": "HF folder -> .keras", "to_hf": ".keras -> HF folder"}
@@ -14,24 +14,7 @@ MAPPING, USERS = 0, 1  # the port's two checks: the float64 mapping, the models 
 
 def load(path, missing: list[str]) -> dict | None:
     """The results file, or None (absent: not measured; unreadable or of an unknown schema: named in `missing`)."""
-    if path is None or not Path(path).is_file():
-        return None
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError, UnicodeDecodeError) as error:
-        missing.append(f"{Path(path).name}: not readable JSON ({error})")
-        return None
-    if not isinstance(data, dict) or data.get("schema") not in SCHEMAS or not isinstance(data.get("models"), dict):
-        missing.append(f"{Path(path).name}: schema {data.get('schema') if isinstance(data, dict) else None!r} is not "
-                       f"one this report reads ({', '.join(map(str, SCHEMAS))})")  # fmt: skip
-        return None
-    return data
-
-
-def markdown(header: list[str], rows: list[list[str]]) -> list[str]:
-    """A GitHub markdown table; `|` in a cell escaped."""
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return lines + ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
+    return results_files.load(path, missing, SCHEMAS, "models")
 
 
 def _e(value) -> str:
