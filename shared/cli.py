@@ -120,8 +120,12 @@ def _train(args) -> int:
 def _evaluate(args) -> int:
     from shared.train import evaluation, runs
 
+    if args.both_stacks:
+        print(json.dumps(evaluation.in_both_stacks(args.run_dir, args.stack, args.split, args.batches, args.beams), indent=2))
+        return 0
     stack, model, run, corpus = runs.load_trained(args.run_dir, args.stack)
-    result = evaluation.evaluate(stack, model, run, corpus, args.split, limit=args.batches, beams=args.beams)
+    split = args.split or runs.final_split(corpus)
+    result = evaluation.evaluate(stack, model, run, corpus, split, limit=args.batches, beams=args.beams)
     print(json.dumps({"stack": args.stack, **result}, indent=2))
     return 0
 
@@ -134,20 +138,8 @@ def _translate(args) -> int:
 
 def _reproduction(args) -> int:
     from shared.tools import reproduction
-    from shared.train import runs
 
-    for run_dir in args.runs:
-        for stack in STACKS:
-            if (Path(run_dir) / stack / runs.LOSS_LOG).is_file():
-                print("written: " + ", ".join(map(str, reproduction.write_summary(run_dir, stack, args.results))))
-    summaries = reproduction.load_summaries(args.results)
-    text = reproduction.render(summaries)
-    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(args.output, text.encode())
-    if args.readme:
-        replace_block(Path(args.readme), "reproduction", "\n".join(reproduction.table(summaries)))
-    print(text)
-    return 0
+    return reproduction.command(args)
 
 
 def _add_train(commands) -> None:
@@ -196,9 +188,11 @@ def _add_train(commands) -> None:
     evaluate = commands.add_parser("evaluate", help="metrics of a run's checkpoint on a split")
     evaluate.add_argument("run_dir")
     evaluate.add_argument("--stack", choices=STACKS, required=True)
-    evaluate.add_argument("--split", default="test")
+    evaluate.add_argument("--split", help="default: the run's final split (test; val where the corpus has no test)")
     evaluate.add_argument("--batches", type=COUNT, help="only the first N batches")
     evaluate.add_argument("--beams", type=COUNT, help="also bleu_beam: BLEU of beam search over N beams (HF's rules)")
+    evaluate.add_argument("--both-stacks", action="store_true", help="run --stack's checkpoint in each stack, compare "
+                          "their ids per sentence; written to RUN/STACK/both_stacks.json (the reproduction table's)")  # fmt: skip
     evaluate.set_defaults(func=_evaluate)
     translate = commands.add_parser("translate", help="translate a sentence or a file (greedy, or beam search with "
                                     "Hugging Face's options), with greedy decoding's attention heatmap")  # fmt: skip

@@ -15,11 +15,28 @@ from pathlib import Path
 
 import numpy as np
 
-from shared import catalogue, documents
-from shared.io.atomic import write_atomic
+from shared import catalogue, documents, stacks
+from shared.io.atomic import replace_block, write_atomic
 from shared.train import attention_samples, runner, runs
 
 CURVE_POINTS = 200  # the loss curve of a summary: at most this many window means
+
+
+def command(args) -> int:
+    """`rosetta reproduction`: summarise `args.runs`' trained stacks into `args.results`, then write the page (and the
+    README's block) from every summary there."""
+    for run_dir in args.runs:
+        for stack in stacks.STACKS:
+            if (Path(run_dir) / stack / runs.LOSS_LOG).is_file():
+                print("written: " + ", ".join(map(str, write_summary(run_dir, stack, args.results))))
+    summaries = load_summaries(args.results)
+    text = render(summaries)
+    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(args.output, text.encode())
+    if args.readme:
+        replace_block(Path(args.readme), "reproduction", "\n".join(table(summaries)))
+    print(text)
+    return 0
 
 
 def summarize(run_dir, stack: str) -> dict:
@@ -30,6 +47,7 @@ def summarize(run_dir, stack: str) -> dict:
     if not steps:
         raise ValueError(f"{out} has no {runs.LOSS_LOG}: this stack has not trained in {run_dir}")
     final = json.loads((out / runs.EVAL_FILE).read_text()) if (out / runs.EVAL_FILE).is_file() else None
+    both = json.loads((out / runs.BOTH_STACKS_FILE).read_text()) if (out / runs.BOTH_STACKS_FILE).is_file() else None
     summary = {
         "run": run_dir.resolve().name,
         "model": run.model,
@@ -51,6 +69,8 @@ def summarize(run_dir, stack: str) -> dict:
         "val_by_epoch": evals,
         "loss_curve": _curve(steps),
     }
+    if both is not None:
+        summary["both_stacks"] = both
     if all((run_dir / other / runs.LOSS_LOG).is_file() for other in runner.STACKS):
         summary["curve_vs_other_stack"] = curve_difference(run_dir)
     return summary
@@ -165,6 +185,23 @@ def _changed_spec(summary: dict) -> dict:
     return {key: value for key, value in summary["spec"].items() if document[key] != value and key != "betas"}
 
 
+def both_stacks_table(summaries: list[dict]) -> list[str]:
+    """Markdown: a checkpoint evaluated in each stack (`rosetta evaluate --both-stacks`), BLEU of greedy decoding and
+    beam search in each, and the sentences whose ids both stacks decoded alike."""
+    lines = ["| model (run) | trained in | split (sentences) | BLEU torch / tf | beam BLEU torch / tf | same greedy ids "
+             "| same beam ids |", "|---|---|---|---:|---:|---:|---:|"]  # fmt: skip
+    for s in (s for s in summaries if "both_stacks" in s):
+        both, found = s["both_stacks"], s["both_stacks"]["stacks"]
+        greedy, beam = (" / ".join(_number(found[stack].get(key), 1) for stack in stacks.STACKS) for key in ("bleu", "bleu_beam"))
+        beam += f" ({both['beams']} beams)" if both.get("beams") else ""
+        cells = [f"{s['model']} ({s['run']})", catalogue.stack_label(s["stack"], s.get("backend"))]
+        cells += [f"{both['split']} ({both['sentences']})", greedy, beam]
+        same = (both["same_ids"]["greedy"], both["same_ids"].get("beam"))
+        cells += ["-" if count is None else f"{count}/{both['sentences']}" for count in same]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
 def curve_table(summaries: list[dict]) -> list[str]:
     """Markdown: max |torch - tf| of the loss curves of runs trained in both stacks (float32, real batches)."""
     rows = {(s.get("run", s["model"]), s["dtype"]): s for s in summaries if "curve_vs_other_stack" in s}
@@ -191,6 +228,13 @@ def render(summaries: list[dict]) -> str:
         *notes,
         "",
         *table(summaries),
+        "",
+        "## One checkpoint, both stacks",
+        "",
+        "A run's checkpoint loaded into each stack and decoded greedily and with beam search (Hugging Face's rules):",
+        "equal ids give equal BLEU. In the run's dtype.",
+        "",
+        *both_stacks_table(summaries),
         "",
         "## Loss curves of runs trained in both stacks",
         "",

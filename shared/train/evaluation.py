@@ -7,14 +7,16 @@ The stack is passed in as its contract module (`run`, `greedy`, `generate`), so 
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
 import numpy as np
 
-from shared import catalogue, documents
+from shared import catalogue, documents, stacks
 from shared.core import teacher_forcing as schedules
 from shared.data import corpora, parallel, readers
+from shared.io.atomic import write_atomic
 from shared.specs import RunConfig
 from shared.train import metrics, runs
 
@@ -22,7 +24,7 @@ FINAL_BEAMS = 4  # a run's final evaluation: beam search's BLEU (bleu_beam) besi
 
 
 def evaluate(stack, model, run: RunConfig, corpus: corpora.Corpus, split: str, limit: int | None = None,
-             sampled: bool = False, beams: int | None = None) -> dict:  # fmt: skip
+             sampled: bool = False, beams: int | None = None, with_ids: bool = False) -> dict:  # fmt: skip
     """Metrics of one split (its first `limit` batches), in data order and eval mode (dropout off); `sampled`: `limit`
     batches of a seeded shuffle instead (one draw per run: a split in length order, spa-eng's, would otherwise give
     its shortest sentences; Keras's `validation_steps` on a shuffled `val_ds` sees random ones).
@@ -32,13 +34,14 @@ def evaluate(stack, model, run: RunConfig, corpus: corpora.Corpus, split: str, l
     untokenized-to-<unk> references. document_loss / document_perplexity: the loss as the model's
     document computed the figure it reports (shared.documents), where it reports one. bleu_beam (`beams` > 1):
     BLEU of beam search over `beams` beams (the contract's `generate`, HF's defaults otherwise) beside greedy's.
+    `with_ids`: also `ids`, each sentence's decoded tokens before `<eos>` ("greedy", and "beam" with `beams`).
     """
     order = np.random.default_rng([run.seed, 4]) if sampled and limit is not None else None
     batches = corpus.batches(split, run.batch_size, rng=order)[:limit]
     reported = documents.get(catalogue.get(run.model).document).reported
     protocol = reported.protocol if reported else None
     totals = dict.fromkeys(("nll", "tokens", "correct", "doc_nll", "doc_tokens"), 0.0)
-    predictions, hypotheses = [], []
+    predictions, rows = [], []
     for index, batch in enumerate(batches):
         _add_loss(totals, stack, model, run, batch, None, "")
         if protocol:
@@ -46,36 +49,72 @@ def evaluate(stack, model, run: RunConfig, corpus: corpora.Corpus, split: str, l
             _add_loss(totals, stack, model, run, batch, forcing, "doc_", protocol["count_first_position"])
         tokens = greedy_tokens(stack, model, run, corpus, batch)
         predictions.append(tokens)
-        hypotheses += [corpus.tgt_vocab.decode(metrics.strip_special(row, corpus.eos_id, corpus.pad_id)) for row in tokens]
+        rows += [metrics.strip_special(row, corpus.eos_id, corpus.pad_id) for row in tokens]
     loss = totals["nll"] / totals["tokens"]
     result = {"split": split, "sentences": sum(len(batch["src"]) for batch in batches), "loss": loss}
     result.update(perplexity=metrics.perplexity(loss), token_accuracy=totals["correct"] / totals["tokens"])
     right = [_rows_right(tokens, batch["tgt_out"], corpus.pad_id) for tokens, batch in zip(predictions, batches, strict=True)]
     result["sequence_accuracy"] = float(np.concatenate(right).mean())
+    ids = {"greedy": rows}
     if corpus.references.get(split):
-        result["bleu"] = metrics.bleu(hypotheses, corpus.references[split][: len(hypotheses)])
+        result["bleu"] = _bleu(corpus, split, rows)
     if beams is not None and beams > 1:
-        result.update(beams=beams, bleu_beam=beam_bleu(stack, model, run, corpus, split, batches, beams))
+        ids["beam"] = beam_translations(stack, model, run, corpus, split, batches, beams)
+        result.update(beams=beams, bleu_beam=_bleu(corpus, split, ids["beam"]))
     if protocol:
         document_loss = totals["doc_nll"] / totals["doc_tokens"]
         result.update(document_loss=document_loss, document_perplexity=metrics.perplexity(document_loss))
-    return result
+    return result | ({"ids": ids} if with_ids else {})
+
+
+def in_both_stacks(run_dir, trained_in: str, split: str | None = None, limit: int | None = None,
+                   beams: int | None = FINAL_BEAMS) -> dict:  # fmt: skip
+    """The checkpoint `trained_in` wrote, evaluated in each stack (torch first: import order): each stack's metrics
+    (`evaluate`, greedy and beam BLEU), and per decoding the number of sentences whose ids both stacks decoded alike
+    (`same_ids`; equal ids give equal BLEU). Written to `<run_dir>/<trained_in>/both_stacks.json`, which the
+    reproduction table shows."""
+    results, ids = {}, {}
+    for stack_name in stacks.STACKS:
+        stack, model, run, corpus = runs.load_trained(run_dir, trained_in, into=stack_name)
+        split = split or runs.final_split(corpus)
+        found = evaluate(stack, model, run, corpus, split, limit=limit, beams=beams, with_ids=True)
+        ids[stack_name] = found.pop("ids")
+        results[stack_name] = found | {"backend": stacks.import_module(stack_name, "train").backend()}
+    first, second = ids.values()
+    same = {kind: sum(a == b for a, b in zip(first[kind], second[kind], strict=True)) for kind in first}
+    record = {"trained_in": trained_in, "split": split, "sentences": len(first["greedy"]), "beams": beams,
+              "same_ids": same, "stacks": results}  # fmt: skip
+    write_atomic(Path(run_dir) / trained_in / runs.BOTH_STACKS_FILE, (json.dumps(record, indent=2) + "\n").encode())
+    return record
+
+
+def _bleu(corpus: corpora.Corpus, split: str, rows: list[list[int]]) -> float:
+    """sacreBLEU of decoded token rows (before `<eos>`, no pads) against the split's first references."""
+    hypotheses = [corpus.tgt_vocab.decode(row) for row in rows]
+    return metrics.bleu(hypotheses, corpus.references[split][: len(hypotheses)])
 
 
 def beam_bleu(stack, model, run: RunConfig, corpus: corpora.Corpus, split: str, batches: list[dict], beams: int) -> float:
-    """BLEU of `batches`' beam-search translations. Sources are padded to one width (the lengths mask the pads): one
-    compiled loop for every full batch where the stack compiles (Keras), not one per source length."""
+    """BLEU of `batches`' beam-search translations (`beam_translations`)."""
+    return _bleu(corpus, split, beam_translations(stack, model, run, corpus, split, batches, beams))
+
+
+def beam_translations(stack, model, run: RunConfig, corpus: corpora.Corpus, split: str, batches: list[dict],
+                      beams: int) -> list[list[int]]:  # fmt: skip
+    """`batches`' beam-search translations, each row's tokens before `<eos>`. Sources are padded to one width (the
+    lengths mask the pads): one compiled loop for every full batch where the stack compiles (Keras), not one per
+    source length."""
     if not catalogue.get(run.model).variable_length:
         raise ValueError(f"--beams: model {run.model!r} has no beam search (it decodes one output token per input token)")
     if not corpus.references.get(split):
         raise ValueError(f"--beams: split {split!r} of corpus {corpus.name!r} has no references to score BLEU against")
-    width, hypotheses = max(batch["src"].shape[1] for batch in batches), []
+    width, rows = max(batch["src"].shape[1] for batch in batches), []
     for batch in batches:
         src = np.pad(batch["src"], ((0, 0), (0, width - batch["src"].shape[1])), constant_values=corpus.pad_id)  # [B, S]
         batch = {"src": src, "src_len": batch["src_len"]}
         tokens = stack.generate(model, run.model, batch, max_len=run.max_len, num_beams=beams)["tokens"]  # [B, L]
-        hypotheses += [corpus.tgt_vocab.decode(metrics.strip_special(row, corpus.eos_id, corpus.pad_id)) for row in tokens]
-    return metrics.bleu(hypotheses, corpus.references[split][: len(hypotheses)])
+        rows += [metrics.strip_special(row, corpus.eos_id, corpus.pad_id) for row in tokens]
+    return rows
 
 
 def final_beams(run: RunConfig, corpus: corpora.Corpus, split: str) -> int | None:

@@ -83,7 +83,7 @@ def _train(run_dir: Path, stack_name: str, force: bool, progress: bool, resume: 
     trainer = train_module.Trainer(model, run.model, run.spec)
     start = _resume(stack, train_module, trainer, out, rank, writes) if resume else _Start()
     if not resume and writes:
-        for stale in (runs.LOSS_LOG, runs.EVAL_LOG, runs.EVAL_FILE, runs.ATTENTION_FILE):
+        for stale in (runs.LOSS_LOG, runs.EVAL_LOG, runs.EVAL_FILE, runs.ATTENTION_FILE, runs.BOTH_STACKS_FILE):
             (out / stale).unlink(missing_ok=True)
     ranks_module.wait_for_ranks()  # the logs as rank 0 left them: every rank reads the validation records so far
     steps = _loop(run, stack, model, trainer, corpus, out, progress and writes, start, writes)

@@ -11,6 +11,8 @@ vocabularies, so a checkpoint can be used later without the data or spaCy) and, 
     <stack>/loss.jsonl               one JSON line per step: step, epoch, loss, grad_norm, seconds
     <stack>/evals.jsonl              one line per epoch: the validation metrics
     <stack>/eval.json                the final metrics on the test split
+    <stack>/both_stacks.json         the checkpoint evaluated in each stack, their ids compared (rosetta evaluate
+                                     --both-stacks: shared.train.evaluation.in_both_stacks)
     <stack>/attention.json           the trained weights' attention on a few test sentences, run by this stack
                                      (shared.train.attention_samples: the report's figure when the checkpoint is gone)
 """
@@ -33,7 +35,7 @@ from shared.specs import RunConfig
 
 RUN_FILE, INITIAL_FILE, CORPUS_DIR = "run.json", "initial.safetensors", "corpus"
 CHECKPOINT, LOSS_LOG, EVAL_LOG, EVAL_FILE = "checkpoint.safetensors", "loss.jsonl", "evals.jsonl", "eval.json"
-ATTENTION_FILE = "attention.json"
+ATTENTION_FILE, BOTH_STACKS_FILE = "attention.json", "both_stacks.json"
 # run.json's fingerprints and the file of the run's corpus/ each one is of (shared.specs.RunConfig.fingerprints)
 FINGERPRINT_FILES = {"corpus": corpora.CORPUS_FILE, "src_vocab": corpora.SRC_VOCAB_FILE, "tgt_vocab": corpora.TGT_VOCAB_FILE}
 

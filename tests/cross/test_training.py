@@ -18,9 +18,11 @@ import pytest
 import tf_impl
 import torch_impl
 from shared import catalogue, documents
+from shared.cli import main as rosetta
 from shared.core.optimizer_state import weights_without_optimizer
 from shared.io import safetensors_io
-from shared.train import runner, runs
+from shared.tools import reproduction
+from shared.train import evaluation, runner, runs
 from shared.verify import fixtures
 from shared.verify.equality import assert_close
 from shared.verify.training import (
@@ -173,14 +175,54 @@ def test_a_run_trains_both_stacks_on_the_same_curve(tmp_path):
     assert measured["steps"] == 12 and measured["curve"] <= 1e-9 and measured["weights"] <= 1e-9, measured
 
 
-def test_a_run_on_real_data_trains_both_stacks_on_the_same_curve(tmp_path):
-    """Document 004's model on a slice of spa-eng: padded batches, masks, teacher-forcing coin flips, float64."""
+@pytest.fixture(scope="module")
+def spa_eng_run(tmp_path_factory) -> tuple[Path, dict]:
+    """Document 004's model on a slice of spa-eng trained in both stacks (float64): the folder and its measures."""
     data_dir = REPO.parent / "shared" / "data"
     if not (data_dir / "spa-eng" / "spa-eng.zip").is_file():
         pytest.skip(f"no spa-eng data at {data_dir} (set ROSETTA_DATA_DIR or keep ../shared/data beside the clone)")
-    sizes = {"embedding_dim": 8, "units": 12}
+    run_dir, sizes = tmp_path_factory.mktemp("spa-eng-run"), {"embedding_dim": 8, "units": 12}
     spec = replace(documents.get("004").training.spec, teacher_force_ratio=0.5, clip_norm=0.5)
-    runs.create_run(tmp_path, "tf_tutorial", data_dir, overrides=sizes, corpus_options={"num_examples": 200},
+    runs.create_run(run_dir, "tf_tutorial", data_dir, overrides=sizes, corpus_options={"num_examples": 200},
                       dtype="float64", batch_size=32, epochs=1, spec=spec)  # fmt: skip
-    measured = _train_both(tmp_path)
+    return run_dir, _train_both(run_dir)
+
+
+def test_a_run_on_real_data_trains_both_stacks_on_the_same_curve(spa_eng_run):
+    """Document 004's model on a slice of spa-eng: padded batches, masks, teacher-forcing coin flips, float64."""
+    measured = spa_eng_run[1]
     assert measured["steps"] == 5 and measured["curve"] <= 1e-9 and measured["weights"] <= 1e-9, measured
+
+
+def test_one_checkpoint_decodes_the_same_ids_in_both_stacks(spa_eng_run, tmp_path, capsys):
+    """`rosetta evaluate --stack tf --beams 3 --both-stacks`: Keras's checkpoint run in torch and in Keras, greedy and
+    beam search, every sentence's ids alike, so the BLEU too; the record lands in the reproduction page."""
+    run_dir = spa_eng_run[0]
+    assert rosetta(["evaluate", str(run_dir), "--stack", "tf", "--beams", "3", "--both-stacks"]) == 0
+    record = json.loads((run_dir / "tf" / runs.BOTH_STACKS_FILE).read_text())
+    assert record == json.loads(capsys.readouterr().out) and record["split"] == "val" and record["sentences"] > 16
+    assert record["same_ids"] == {"greedy": record["sentences"], "beam": record["sentences"]}, record["same_ids"]
+    found = record["stacks"]
+    assert found["torch"]["bleu"] == found["tf"]["bleu"] and found["torch"]["bleu_beam"] == found["tf"]["bleu_beam"]
+    assert abs(found["torch"]["loss"] - found["tf"]["loss"]) <= 1e-9
+    reproduction.write_summary(run_dir, "tf", tmp_path)
+    [row] = reproduction.both_stacks_table(reproduction.load_summaries(tmp_path))[2:]
+    assert f"| {record['sentences']}/{record['sentences']} | {record['sentences']}/{record['sentences']} |" in row
+
+
+def test_negative_control_a_stack_loading_the_checkpoint_wrongly_decodes_other_ids(spa_eng_run, monkeypatch):
+    """torch's loader boosting one word's output bias (a mis-mapped weight): the comparison counts the sentences
+    whose ids now differ."""
+    run_dir, set_weights = spa_eng_run[0], torch_impl.set_weights
+    run = runs.load_run(run_dir)
+    vocabulary = run.config[catalogue.get(run.model).vocab_keys[1]]
+
+    def misloaded(model, weights):
+        weights = dict(weights)
+        [bias] = [key for key, value in weights.items() if value.shape == (vocabulary,)]  # the output layer's
+        weights[bias] = weights[bias] + 100.0 * (np.arange(vocabulary) == vocabulary - 1)
+        set_weights(model, weights)
+
+    monkeypatch.setattr(torch_impl, "set_weights", misloaded)
+    record = evaluation.in_both_stacks(run_dir, "tf", beams=None)
+    assert record["same_ids"]["greedy"] < record["sentences"] and "beam" not in record["same_ids"], record["same_ids"]

@@ -102,3 +102,20 @@ def test_the_table_shows_beam_search_bleu_beside_greedys_where_a_summary_has_it(
     assert cells[columns.index("BLEU")] == "31.0" and cells[columns.index("beam BLEU")] == "33.6 (4 beams)"
     assert [cell.strip() for cell in without.split("|")][columns.index("beam BLEU")] == "-"
     assert len(cells) == len(columns)
+
+
+def test_a_checkpoint_evaluated_in_both_stacks_gets_its_own_table(tmp_path):
+    """`rosetta evaluate --both-stacks`'s record in the summary, and its row: each stack's BLEU and the sentences
+    decoded alike. Negative control: a run without the record has no row, and one without beam search shows `-`."""
+    run = _fake_run(tmp_path)
+    assert "both_stacks" not in reproduction.summarize(run, "torch")
+    assert reproduction.both_stacks_table([reproduction.summarize(run, "torch")])[2:] == []
+    stacks = {"torch": {"bleu": 30.04, "bleu_beam": 31.56}, "tf": {"bleu": 30.04, "bleu_beam": 31.56}}
+    record = {"trained_in": "torch", "split": "test", "sentences": 4, "beams": 4, "same_ids": {"greedy": 4, "beam": 3}}
+    (run / "torch" / runs.BOTH_STACKS_FILE).write_text(json.dumps(record | {"stacks": stacks}))
+    [row] = reproduction.both_stacks_table([reproduction.summarize(run, "torch")])[2:]
+    assert row == f"| reverse_rnn ({run.name}) | torch | test (4) | 30.0 / 30.0 | 31.6 / 31.6 (4 beams) | 4/4 | 3/4 |"
+    greedy_only = record | {"beams": None, "same_ids": {"greedy": 4}, "stacks": {"torch": {"bleu": 1.0}, "tf": {"bleu": 1.0}}}
+    (run / "torch" / runs.BOTH_STACKS_FILE).write_text(json.dumps(greedy_only))
+    [row] = reproduction.both_stacks_table([reproduction.summarize(run, "torch")])[2:]
+    assert row.endswith("| 1.0 / 1.0 | - / - | 4/4 | - |")
