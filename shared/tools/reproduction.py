@@ -16,15 +16,16 @@ from pathlib import Path
 import numpy as np
 
 from shared import catalogue, documents, stacks
-from shared.io.atomic import replace_block, write_atomic
+from shared.io.atomic import replace_blocks, write_atomic
 from shared.train import attention_samples, runner, runs
 
 CURVE_POINTS = 200  # the loss curve of a summary: at most this many window means
+OPTIONAL_BLOCKS = ("both_stacks",)  # filled where the page has them (a page written before they were is left without)
 
 
 def command(args) -> int:
     """`rosetta reproduction`: summarise `args.runs`' trained stacks into `args.results`, then write the page (and the
-    README's block) from every summary there."""
+    README's blocks: the table, the checkpoints evaluated in both stacks) from every summary there."""
     for run_dir in args.runs:
         for stack in stacks.STACKS:
             if (Path(run_dir) / stack / runs.LOSS_LOG).is_file():
@@ -34,7 +35,9 @@ def command(args) -> int:
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     write_atomic(args.output, text.encode())
     if args.readme:
-        replace_block(Path(args.readme), "reproduction", "\n".join(table(summaries)))
+        blocks = {"reproduction": table(summaries), "both_stacks": both_stacks_table(summaries)}
+        optional = [name for name in OPTIONAL_BLOCKS if f"<!-- {name}:start -->" not in Path(args.readme).read_text()]
+        replace_blocks(Path(args.readme), {name: "\n".join(lines) for name, lines in blocks.items() if name not in optional})
     print(text)
     return 0
 

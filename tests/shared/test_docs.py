@@ -66,13 +66,15 @@ def _writers() -> list[tuple[str, str]]:
     return found
 
 
-# what each writer fills (shared/cli.py: replace_block calls; rosetta equality: shared/verify/measurement.py's sections)
+# what each writer fills (shared/cli.py: replace_block calls; rosetta equality: shared/verify/measurement.py's sections;
+# rosetta reproduction: shared/tools/reproduction.py's command)
 WRITES = {"report": ("report", "models", "hf_ports", "generation_speed"), "equality": ("equality", "training", "drift"),
-          "reproduction": ("reproduction",), "api": ("api",)}  # fmt: skip
+          "reproduction": ("reproduction", "both_stacks"), "api": ("api",)}  # fmt: skip
 
 
 def test_the_table_of_writers_matches_their_code():
-    code = (REPO / "shared/cli.py").read_text() + (REPO / "shared/verify/measurement.py").read_text()
+    writers = ("shared/cli.py", "shared/verify/measurement.py", "shared/tools/reproduction.py")
+    code = "".join((REPO / path).read_text() for path in writers)
     for command, blocks in WRITES.items():
         assert f"def _{command}(" in code
         for block in blocks:
