@@ -94,11 +94,6 @@ def _bleu(corpus: corpora.Corpus, split: str, rows: list[list[int]]) -> float:
     return metrics.bleu(hypotheses, corpus.references[split][: len(hypotheses)])
 
 
-def beam_bleu(stack, model, run: RunConfig, corpus: corpora.Corpus, split: str, batches: list[dict], beams: int) -> float:
-    """BLEU of `batches`' beam-search translations (`beam_translations`)."""
-    return _bleu(corpus, split, beam_translations(stack, model, run, corpus, split, batches, beams))
-
-
 def beam_translations(stack, model, run: RunConfig, corpus: corpora.Corpus, split: str, batches: list[dict],
                       beams: int) -> list[list[int]]:  # fmt: skip
     """`batches`' beam-search translations, each row's tokens before `<eos>`. Sources are padded to one width (the
