@@ -143,13 +143,19 @@ def table(summaries: list[dict]) -> list[str]:
         reported = document_figures(s["model"], s["document"], s["dataset"])
         as_document = f"{_number(final.get('document_loss'))} / {_number(final.get('document_perplexity'))}"
         bleu = _number(final.get("bleu"), 1)
-        name = s["model"] if s.get("run", s["model"]) == s["model"] else f"{s['model']} ({s['run']})"
+        name = _name(s)
         stack = catalogue.stack_label(s["stack"], s.get("backend"))
         cells = [name, s["document"], stack, s["device"], ran, _number(final.get("loss"), 3)]
         cells += [_number(final.get("perplexity")), as_document if document else "-", bleu, _beam_bleu(final)]
         cells += [_percent(final.get("token_accuracy")), _percent(final.get("sequence_accuracy")), reported]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
+
+
+def _name(summary: dict) -> str:
+    """A summary's model as a table cell, its run folder beside it where the folder has another name."""
+    run = summary.get("run", summary["model"])
+    return summary["model"] if run == summary["model"] else f"{summary['model']} ({run})"
 
 
 def _beam_bleu(final: dict) -> str:
@@ -197,7 +203,7 @@ def both_stacks_table(summaries: list[dict]) -> list[str]:
         both, found = s["both_stacks"], s["both_stacks"]["stacks"]
         greedy, beam = (" / ".join(_number(found[stack].get(key), 1) for stack in stacks.STACKS) for key in ("bleu", "bleu_beam"))
         beam += f" ({both['beams']} beams)" if both.get("beams") else ""
-        cells = [f"{s['model']} ({s['run']})", catalogue.stack_label(s["stack"], s.get("backend"))]
+        cells = [_name(s), catalogue.stack_label(s["stack"], s.get("backend"))]
         cells += [f"{both['split']} ({both['sentences']})", greedy, beam]
         same = (both["same_ids"]["greedy"], both["same_ids"].get("beam"))
         cells += ["-" if count is None else f"{count}/{both['sentences']}" for count in same]

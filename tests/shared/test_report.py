@@ -833,3 +833,17 @@ def test_a_listing_timed_where_ours_now_is_the_listing_pairs_with_nothing():
     assert sorted(zip(kept["model"], kept["mode"], kept["impl"], strict=True)) == [
         ("luong_dot", "function", "as_written"), ("luong_dot", "jax-xla", "ours"), ("luong_general", "jax-xla", "as_written"),
     ]  # fmt: skip
+
+
+def test_the_loss_section_shows_beam_bleu_and_a_checkpoint_decoded_in_both_stacks(tmp_path, inputs):
+    """Keras's luong_concat run (Multi30k): its beam BLEU in the loss table, and its both-stacks record as a row.
+    Negative control: the fixture's summaries without the record leave that table without rows."""
+    result, readme = _report(tmp_path, inputs, "without")
+    assert "| luong_concat | tf |" not in readme and "| same greedy ids |" in readme
+    shutil.copy(REPO / "reports" / "training" / "luong_concat-tf-cpu.json", inputs["training_dir"])
+    result, readme = _report(tmp_path, inputs)
+    summary = json.loads((REPO / "reports" / "training" / "luong_concat-tf-cpu.json").read_text())
+    row = _pick(result["tables"]["loss"], model="luong_concat", stack="tf")
+    assert row["beam BLEU"] == summary["final"]["bleu_beam"] and row["BLEU"] == summary["final"]["bleu"]
+    sentences = summary["both_stacks"]["sentences"]
+    assert f"| luong_concat | tf | test ({sentences}) |" in readme and f"| {sentences}/{sentences} |" in readme

@@ -4,6 +4,7 @@ scaling, figures."""
 from __future__ import annotations
 
 from shared import catalogue
+from shared.tools import reproduction
 from shared.tools.machine import SAMPLE_S
 from shared.tools.report.figures import ReportFigure
 from shared.tools.report.printing import setting
@@ -166,9 +167,16 @@ def _loss_section(inputs: Inputs, tables: Tables) -> list[str]:
     return [
         *lines,
         "Final metrics of each training run (teacher-forced loss and perplexity on the final split, greedy "
-        "accuracies and BLEU); doc-protocol: the loss as the document computed the figure it reports.",
+        "accuracies and BLEU, beam search's BLEU where the run's final evaluation computed it); doc-protocol: the loss "
+        "as the document computed the figure it reports.",
         "",
         *tables.markdown("loss"),
+        "",
+        "A run's checkpoint decoded in both stacks (`rosetta evaluate --both-stacks`): each stack's BLEU and the "
+        "sentences whose ids both stacks decoded alike.",
+        "",
+        *reproduction.both_stacks_table(inputs.summaries or []),
+        "",
     ]
 
 

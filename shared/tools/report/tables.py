@@ -289,6 +289,7 @@ def _loss_record(summary: dict) -> dict:
         "token acc": final.get("token_accuracy"),
         "seq acc": final.get("sequence_accuracy"),
         "BLEU": final.get("bleu"),
+        "beam BLEU": final.get("bleu_beam"),
         "doc-protocol loss": final.get("document_loss"),
         "doc-protocol ppl": final.get("document_perplexity"),
         "document reports": document_figures(summary["model"], document, summary["dataset"]),
