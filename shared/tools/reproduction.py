@@ -50,8 +50,8 @@ def summarize(run_dir, stack: str) -> dict:
     steps, evals = runs.read_json_lines(out / runs.LOSS_LOG), runs.read_json_lines(out / runs.EVAL_LOG)
     if not steps:
         raise ValueError(f"{out} has no {runs.LOSS_LOG}: this stack has not trained in {run_dir}")
-    final = json.loads((out / runs.EVAL_FILE).read_text()) if (out / runs.EVAL_FILE).is_file() else None
-    both = json.loads((out / runs.BOTH_STACKS_FILE).read_text()) if (out / runs.BOTH_STACKS_FILE).is_file() else None
+    files = (out / runs.EVAL_FILE, out / runs.BOTH_STACKS_FILE)
+    final, both = (runs.read_json(path) if path.is_file() else None for path in files)
     summary = {
         "run": run_dir.resolve().name,
         "model": run.model,
