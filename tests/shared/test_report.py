@@ -845,5 +845,8 @@ def test_the_loss_section_shows_beam_bleu_and_a_checkpoint_decoded_in_both_stack
     summary = json.loads((REPO / "reports" / "training" / "luong_concat-tf-cpu.json").read_text())
     row = _pick(result["tables"]["loss"], model="luong_concat", stack="tf")
     assert row["beam BLEU"] == summary["final"]["bleu_beam"] and row["BLEU"] == summary["final"]["bleu"]
+    printed = next(line for line in readme.splitlines() if "multi30k" in line and "| luong_concat " in line and "| tf " in line)
+    cells = [cell.strip() for cell in printed.split("|")]
+    assert f"{summary['final']['bleu_beam']:.1f}" in cells and f"{summary['final']['bleu']:.1f}" in cells  # as BLEU is shown
     sentences = summary["both_stacks"]["sentences"]
     assert f"| luong_concat | tf | test ({sentences}) |" in readme and f"| {sentences}/{sentences} |" in readme

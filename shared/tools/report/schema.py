@@ -111,6 +111,7 @@ KINDS = {
     "token acc": "share",
     "seq acc": "share",
     "BLEU": "f1",
+    "beam BLEU": "f1",
     "doc-protocol loss": "f3",
     "doc-protocol ppl": "f2",
 }
