@@ -235,13 +235,15 @@ def replace_block(path, block: str, text: str) -> None:
     replace_blocks(path, {block: text})
 
 
-def replace_blocks(path, texts: dict[str, str]) -> None:
+def replace_blocks(path, texts: dict[str, str], optional: tuple[str, ...] = ()) -> None:
     """Each block of `texts` (name -> text) filled in the page `path` in one write: every block's markers are checked
-    before it is written, so a page lacking one block is left as it was."""
+    before it is written, so a page lacking one block is left as it was. A block named in `optional` is filled only
+    where the page has its start marker (a page written before the block existed)."""
     path = Path(path)
     page = read_page(path)
     for block, text in texts.items():
-        page = _filled(path, page, block, text)
+        if block not in optional or f"<!-- {block}:start -->" in page:
+            page = _filled(path, page, block, text)
     write_atomic(path, page.encode())
 
 

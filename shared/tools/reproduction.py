@@ -36,9 +36,7 @@ def command(args) -> int:
     write_atomic(args.output, text.encode())
     if args.readme:
         blocks = {"reproduction": table(summaries), "both_stacks": both_stacks_table(summaries)}
-        page = Path(args.readme).read_text() if Path(args.readme).is_file() else ""  # a missing page: replace_blocks says
-        optional = [name for name in OPTIONAL_BLOCKS if f"<!-- {name}:start -->" not in page]
-        replace_blocks(Path(args.readme), {name: "\n".join(lines) for name, lines in blocks.items() if name not in optional})
+        replace_blocks(Path(args.readme), {name: "\n".join(lines) for name, lines in blocks.items()}, OPTIONAL_BLOCKS)
     print(text)
     return 0
 
